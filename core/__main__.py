@@ -1,0 +1,5 @@
+import sys
+
+from plugrt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""Hook specifications: the whole contract between the plugrt core and its plugins.
+
+A plugin is a module (or object) with ``@hookimpl`` functions, found through the entry
+point group ``plugrt.plugins``. The built-in ops use the same road. Hooks named
+``plugrt_<things>`` return lists; the core flattens them and records which plugin gave
+each item.
+"""
+
+from plugrt import hookspec
+
+# -------------------------------------------------------------------------
+# registration
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def plugrt_ops():
+    """Return the op plugins this package provides.
+
+    Each item is an :class:`plugrt.plugin.OpPlugin` instance. Two plugins that claim the
+    same ``(domain, op_type)`` with overlapping opset ranges are a registration error
+    that names both owners.
+
+    :returns: a list of op plugin instances.
+    """
+
+
+@hookspec
+def plugrt_passes():
+    """Return extra graph rewrites this package provides.
+
+    Each item is a :class:`plugrt.plugin.GraphPass`. They run after the core's own
+    passes, in the order ``(priority, plugin name, pass name)``.
+
+    :returns: a list of graph passes.
+    """
+

@@ -1,0 +1,148 @@
+"""Graph, Node and Value: the IR every pass, the executor and the engine builder share.
+
+A :class:`Node` is small and immutable by convention: op identity, input and output value
+names, resolved attributes. A :class:`Value` is a named tensor with its
+:class:`~plugrt.plugin.TensorInfo` once inferred, and its data if it is a constant
+(initializer). The :class:`Graph` owns both, in topological node order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from plugrt.errors import ModelError
+from plugrt.plugin import TensorInfo
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator application. ``inputs`` may hold ``""`` for an omitted optional input."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    opset: int = 1
+    #: ONNX node names this node stands for (grows when passes fuse nodes).
+    origin: tuple[str, ...] = ()
+
+    @property
+    def qualified_op(self) -> str:
+        return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+
+    def describe(self) -> str:
+        return f"node {self.name!r} ({self.qualified_op}, opset {self.opset})"
+
+    def replace(self, **changes) -> "Node":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(eq=False)
+class Value:
+    """A named tensor: a graph input, a node output, or a constant."""
+
+    name: str
+    info: TensorInfo | None = None
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+class Graph:
+    """Nodes in topological order plus the values they connect."""
+
+    def __init__(self, name: str = "graph", opsets: Mapping[str, int] | None = None):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.values: dict[str, Value] = {}
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.opsets: dict[str, int] = dict(opsets or {"": 17})
+
+    # ------------------------------------------------------------------ building
+
+    def add_input(self, name: str, info: TensorInfo) -> Value:
+        value = self._new_value(name, info)
+        self.inputs.append(name)
+        return value
+
+    def add_const(self, name: str, array: np.ndarray) -> Value:
+        array = np.asarray(array)
+        return self._new_value(name, TensorInfo.of(array), const=array)
+
+    def add_node(self, node: Node) -> Node:
+        for out in node.outputs:
+            if out and out not in self.values:
+                self.values[out] = Value(out)
+        self.nodes.append(node)
+        return node
+
+    def add_output(self, name: str) -> None:
+        self.outputs.append(name)
+
+    def _new_value(self, name: str, info: TensorInfo | None, const=None) -> Value:
+        if name in self.values:
+            raise ModelError(f"graph {self.name!r}: value {name!r} is defined twice")
+        value = Value(name, info, const)
+        self.values[name] = value
+        return value
+
+    # ------------------------------------------------------------------ queries
+
+    def info(self, name: str) -> TensorInfo | None:
+        return self.values[name].info if name else None
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    users.setdefault(name, []).append(node)
+        return users
+
+    def initializers(self) -> dict[str, np.ndarray]:
+        return {v.name: v.const for v in self.values.values() if v.const is not None}
+
+    def toposort(self) -> None:
+        """Reorder nodes so each comes after the producers of its inputs (stable)."""
+        available = set(self.inputs) | {v.name for v in self.values.values() if v.is_const}
+        pending = list(self.nodes)
+        ordered: list[Node] = []
+        while pending:
+            progress = []
+            for node in pending:
+                if all((not i) or i in available for i in node.inputs):
+                    progress.append(node)
+                    available.update(o for o in node.outputs if o)
+            if not progress:
+                stuck = ", ".join(repr(n.name) for n in pending[:5])
+                raise ModelError(f"graph {self.name!r} has a cycle or unproduced inputs at nodes {stuck}")
+            ordered.extend(progress)
+            done = {id(n) for n in progress}
+            pending = [n for n in pending if id(n) not in done]
+        self.nodes = ordered
+
+    def copy(self) -> "Graph":
+        other = Graph(self.name, self.opsets)
+        other.nodes = list(self.nodes)
+        other.values = {k: dataclasses.replace(v) for k, v in self.values.items()}
+        other.inputs = list(self.inputs)
+        other.outputs = list(self.outputs)
+        return other
+
+    def summary(self) -> str:
+        return f"graph {self.name!r}: {len(self.nodes)} nodes, {len(self.inputs)} inputs, {len(self.outputs)} outputs"
+
+    def __iter__(self) -> Iterable[Node]:
+        return iter(self.nodes)

@@ -1,0 +1,112 @@
+"""Shape and dtype inference over a graph, through each op plugin's ``infer``.
+
+Inference also propagates known values: when every input of a node is a known constant
+and the tensors are small, the node's ``reference`` runs at inference time. This is how
+shape computations (Shape -> Gather -> Concat -> Reshape) resolve to constants when the
+shapes are static, with no op-specific code in the core.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugrt.errors import PlugrtError, ShapeError
+from plugrt.ir.dims import format_shape, is_static
+from plugrt.ir.graph import Graph, Node
+from plugrt.plugin import TensorInfo
+
+#: Largest number of elements, inputs and outputs together, computed at inference time.
+VALUE_PROPAGATION_LIMIT = 1 << 16
+
+
+def infer_graph(graph: Graph, registry, propagate_values: bool = True) -> None:
+    """Fill in ``info`` for every node output, in topological order."""
+    for node in graph.nodes:
+        infer_node(graph, registry, node, propagate_values)
+    for name in graph.outputs:
+        if graph.values.get(name) is None or graph.values[name].info is None:
+            raise ShapeError(f"graph output {name!r} is not produced by any node, input or initializer")
+
+
+def infer_node(graph: Graph, registry, node: Node, propagate_values: bool = True) -> list[TensorInfo]:
+    op = registry.op(node)
+    inputs = []
+    for name in node.inputs:
+        if not name:
+            inputs.append(None)
+            continue
+        value = graph.values.get(name)
+        if value is None or value.info is None:
+            raise ShapeError(f"{node.describe()}: input {name!r} has no known type; is it produced by a later node?")
+        inputs.append(value.info)
+    outputs = run_infer(op, node, inputs)
+    if propagate_values:
+        outputs = _propagate_values(op, node, inputs, outputs)
+    for name, info in zip(node.outputs, outputs):
+        if name:
+            graph.values[name].info = info
+    return outputs
+
+
+def run_infer(op, node: Node, inputs: list) -> list[TensorInfo]:
+    """Call the plugin's ``check`` and ``infer`` and validate what comes back."""
+    for i, info in enumerate(inputs):
+        if info is not None and info.dtype not in op.dtypes:
+            raise op.unsupported(node, f"input {i} of dtype {info.dtype}",
+                                 "supported: " + ", ".join(sorted(str(d) for d in op.dtypes)))
+    try:
+        op.check(node, inputs)
+        outputs = op.infer(node, inputs)
+    except PlugrtError:
+        raise
+    except Exception as exc:
+        raise ShapeError(
+            f"{node.describe()}: shape inference failed in plugin {type(op).__name__}: "
+            f"{type(exc).__name__}: {exc} (inputs: {_describe_inputs(inputs)})"
+        ) from exc
+    outputs = list(outputs)
+    if len(outputs) < len(node.outputs):
+        raise ShapeError(
+            f"{node.describe()}: plugin {type(op).__name__} inferred {len(outputs)} outputs "
+            f"but the node has {len(node.outputs)}"
+        )
+    outputs = outputs[: len(node.outputs)]
+    for i, info in enumerate(outputs):
+        if not isinstance(info, TensorInfo):
+            raise ShapeError(f"{node.describe()}: plugin {type(op).__name__} returned {info!r} for output {i}")
+    return outputs
+
+
+def _propagate_values(op, node: Node, inputs: list, outputs: list[TensorInfo]) -> list[TensorInfo]:
+    present = [i for i in inputs if i is not None]
+    if any(i.value is None for i in present):
+        return outputs
+    if all(o.value is not None for o in outputs):
+        return outputs
+    size = sum(int(np.size(i.value)) for i in present)
+    for out in outputs:
+        if not is_static(out.shape):
+            return outputs
+        size += int(np.prod(out.shape, dtype=np.int64))
+    if size > VALUE_PROPAGATION_LIMIT:
+        return outputs
+    try:
+        results = op.reference(node, [i.value if i is not None else None for i in inputs])
+    except PlugrtError:
+        raise
+    except Exception as exc:
+        raise ShapeError(f"{node.describe()}: reference failed on constant inputs: {type(exc).__name__}: {exc}") from exc
+    propagated = []
+    for info, result in zip(outputs, results):
+        result = np.asarray(result)
+        if result.dtype != info.dtype or result.shape != tuple(info.shape):
+            raise ShapeError(
+                f"{node.describe()}: plugin {type(op).__name__} inferred {info.dtype}{format_shape(info.shape)} "
+                f"but its reference produced {result.dtype}{format_shape(result.shape)}"
+            )
+        propagated.append(info.with_value(result))
+    return propagated
+
+
+def _describe_inputs(inputs: list) -> str:
+    return ", ".join("none" if i is None else f"{i.dtype}{format_shape(i.shape)}" for i in inputs)

@@ -1,0 +1,279 @@
+"""ONNX import: a ModelProto (or file) to a :class:`~plugrt.ir.Graph`.
+
+Structure is checked first and every node no plugin provides is reported in one error;
+then attributes are validated against each plugin's declaration, and shapes inferred.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from plugrt.errors import ModelError, PlugrtError, UnsupportedError
+from plugrt.ir.graph import Graph, Node
+from plugrt.ir.infer import infer_graph
+from plugrt.ir.validate import validate_graph
+from plugrt.plugin import REQUIRED, OpPlugin, TensorInfo
+
+_ATTRIBUTE_KINDS = {
+    onnx.AttributeProto.FLOAT: "float",
+    onnx.AttributeProto.INT: "int",
+    onnx.AttributeProto.STRING: "string",
+    onnx.AttributeProto.TENSOR: "tensor",
+    onnx.AttributeProto.GRAPH: "graph",
+    onnx.AttributeProto.FLOATS: "floats",
+    onnx.AttributeProto.INTS: "ints",
+    onnx.AttributeProto.STRINGS: "strings",
+    onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+    onnx.AttributeProto.TYPE_PROTO: "type_proto",
+}
+
+
+def load_model(source: Any) -> onnx.ModelProto:
+    """Read an ONNX model from a path, bytes or ModelProto, external data included.
+
+    :raises ModelError: naming the file when it is missing, not a protobuf, truncated,
+        or refers to external data that cannot be read.
+    """
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray)):
+        return _parse(bytes(source), "<bytes>")
+    path = os.fspath(source)
+    if not os.path.isfile(path):
+        raise ModelError(f"model file {path!r} does not exist")
+    with open(path, "rb") as f:
+        data = f.read()
+    model = _parse(data, path)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise ModelError(f"model file {path!r}: cannot read its external data: {exc}") from None
+    return model
+
+
+def _parse(data: bytes, label: str) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelError(f"{label} is not a valid ONNX model (protobuf parse failed: {exc}); is the file truncated?") from None
+    if not model.HasField("graph"):
+        raise ModelError(f"{label} is not an ONNX model: it has no graph (an empty, truncated or foreign file?)")
+    return model
+
+
+def import_model(source: Any, registry=None, infer: bool = True) -> Graph:
+    """Import an ONNX model into the IR and infer its shapes.
+
+    :raises UnsupportedError: listing every node that no installed plugin provides.
+    :raises ModelError: for structural problems, naming the node, value or file.
+    """
+    if registry is None:
+        from plugrt.registry import default_registry
+
+        registry = default_registry()
+    model = load_model(source)
+    graph = _build_graph(model, registry)
+    if infer:
+        infer_graph(graph, registry)
+        validate_graph(graph, registry)
+    return graph
+
+
+def _build_graph(model: onnx.ModelProto, registry) -> Graph:
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+    if "" not in opsets and not model.opset_import:
+        raise ModelError("the model imports no opset (opset_import is empty)")
+    proto = model.graph
+    graph = Graph(proto.name or "graph", opsets)
+    for init in proto.initializer:
+        graph.add_const(init.name, _tensor_to_array(init, f"initializer {init.name!r}"))
+    for sparse in proto.sparse_initializer:
+        raise ModelError(f"sparse initializer {sparse.values.name!r} is not supported; densify it before import")
+    for vi in proto.input:
+        if vi.name in graph.values:
+            continue  # an initializer listed as input (IR < 4): a constant
+        graph.add_input(vi.name, _value_info(vi, "graph input"))
+    nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
+    _report_unsupported(nodes, registry)
+    defined = set(graph.values)
+    for node, proto_node in zip(nodes, proto.node):
+        for name in node.inputs:
+            if name and name not in defined:
+                raise ModelError(
+                    f"{node.describe()}: input {name!r} is not produced by any node, graph input or initializer "
+                    "(a missing initializer?)"
+                )
+        for name in node.outputs:
+            if name in defined and name:
+                raise ModelError(f"{node.describe()}: output {name!r} is already defined")
+            defined.add(name)
+        op = registry.find_op(node.domain, node.op_type, node.opset)
+        graph.add_node(node.replace(attrs=_attributes(proto_node, node, op)))
+    for vi in proto.output:
+        if vi.name not in defined:
+            raise ModelError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
+        graph.add_output(vi.name)
+    return graph
+
+
+def _node(proto: onnx.NodeProto, index: int, opsets: dict[str, int]) -> Node:
+    domain = "" if proto.domain == "ai.onnx" else proto.domain
+    name = proto.name or f"{proto.op_type}_{index}"
+    if domain not in opsets:
+        raise ModelError(f"node {name!r} ({proto.op_type}) uses domain {domain or 'ai.onnx'!r}, which the model does not import")
+    return Node(
+        name=name,
+        op_type=proto.op_type,
+        domain=domain,
+        inputs=tuple(proto.input),
+        outputs=tuple(proto.output),
+        opset=opsets[domain],
+        origin=(name,),
+    )
+
+
+def _report_unsupported(nodes: list[Node], registry) -> None:
+    missing = [n for n in nodes if registry.find_op(n.domain, n.op_type, n.opset) is None]
+    if not missing:
+        return
+    lines = [
+        f"  - node {n.name!r}: op {n.op_type}, domain {n.domain or 'ai.onnx'!r}, opset {n.opset}" for n in missing
+    ]
+    error = UnsupportedError(
+        f"{len(missing)} node(s) are not supported by any installed plugin:\n" + "\n".join(lines)
+        + "\ninstall a plugin that provides them (`plugrt plugins` lists what is installed)"
+    )
+    error.nodes = missing
+    raise error
+
+
+def _attributes(proto: onnx.NodeProto, node: Node, op: OpPlugin) -> dict[str, Any]:
+    declared = {a.name: a for a in op.attributes}
+    attrs: dict[str, Any] = {}
+    for attr in proto.attribute:
+        spec = declared.get(attr.name)
+        if spec is None:
+            raise UnsupportedError(
+                f"{node.describe()}: attribute {attr.name!r} is not known to plugin {type(op).__name__}; "
+                f"it accepts {sorted(declared) or 'no attributes'}"
+            )
+        if attr.ref_attr_name:
+            raise ModelError(f"{node.describe()}: attribute {attr.name!r} refers to a function attribute; inline the function first")
+        kind = _ATTRIBUTE_KINDS.get(attr.type, "undefined")
+        if kind != spec.kind:
+            raise ModelError(f"{node.describe()}: attribute {attr.name!r} must be of type {spec.kind}, got {kind}")
+        attrs[attr.name] = _attribute_value(attr, node)
+    for name, spec in declared.items():
+        if name in attrs:
+            continue
+        if spec.required:
+            raise ModelError(f"{node.describe()}: required attribute {name!r} is missing")
+        attrs[name] = spec.default
+    return attrs
+
+
+def _attribute_value(attr: onnx.AttributeProto, node: Node) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if attr.type == onnx.AttributeProto.STRING:
+        return value.decode("utf-8")
+    if attr.type == onnx.AttributeProto.STRINGS:
+        return [v.decode("utf-8") for v in value]
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return _tensor_to_array(value, f"{node.describe()} attribute {attr.name!r}")
+    if attr.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+        return list(value)
+    return value
+
+
+def _tensor_to_array(tensor: onnx.TensorProto, label: str) -> np.ndarray:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.raw_data:
+        raise ModelError(f"{label}: its data is stored externally and was not loaded; import from the model's file path")
+    try:
+        return np.asarray(numpy_helper.to_array(tensor))
+    except Exception as exc:
+        raise ModelError(f"{label}: cannot decode tensor data ({type(exc).__name__}: {exc}); is the file truncated?") from None
+
+
+def _value_info(vi: onnx.ValueInfoProto, what: str) -> TensorInfo:
+    if vi.type.WhichOneof("value") != "tensor_type":
+        raise UnsupportedError(f"{what} {vi.name!r}: only tensor inputs are supported, got {vi.type.WhichOneof('value')}")
+    tensor_type = vi.type.tensor_type
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+    except Exception:
+        raise ModelError(f"{what} {vi.name!r}: unknown element type {tensor_type.elem_type}") from None
+    if not tensor_type.HasField("shape"):
+        raise ModelError(f"{what} {vi.name!r} has no shape; export the model with input shapes")
+    shape = []
+    for axis, dim in enumerate(tensor_type.shape.dim):
+        kind = dim.WhichOneof("value")
+        if kind == "dim_value":
+            shape.append(int(dim.dim_value))
+        elif kind == "dim_param" and dim.dim_param:
+            shape.append(dim.dim_param)
+        else:
+            shape.append(f"{vi.name}_dim{axis}")
+    return TensorInfo(dtype, tuple(shape))
+
+
+def support_report(source: Any, registry=None) -> list[dict]:
+    """Per node: whether a plugin supports it, and why not. Used by ``plugrt check``.
+
+    Returns one dict per node with keys ``name``, ``op_type``, ``domain``, ``opset``,
+    ``plugin`` and ``status`` (``"supported"``, ``"unsupported"``, ``"not checked"``),
+    plus ``reason`` when not supported.
+    """
+    if registry is None:
+        from plugrt.registry import default_registry
+
+        registry = default_registry()
+    from plugrt.ir.infer import infer_node
+
+    model = load_model(source)
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+    proto = model.graph
+    graph = Graph(proto.name or "graph", opsets)
+    for init in proto.initializer:
+        graph.add_const(init.name, _tensor_to_array(init, f"initializer {init.name!r}"))
+    for vi in proto.input:
+        if vi.name not in graph.values:
+            graph.add_input(vi.name, _value_info(vi, "graph input"))
+    report = []
+    for index, proto_node in enumerate(proto.node):
+        node = _node(proto_node, index, opsets)
+        op = registry.find_op(node.domain, node.op_type, node.opset)
+        entry = {"name": node.name, "op_type": node.op_type, "domain": node.domain or "ai.onnx",
+                 "opset": node.opset, "plugin": None, "status": "supported"}
+        report.append(entry)
+        for name in node.outputs:
+            if name and name not in graph.values:
+                graph.values[name] = graph.values.get(name) or _empty_value(name)
+        if op is None:
+            entry.update(status="unsupported", reason="no installed plugin provides this op at this opset")
+            continue
+        entry["plugin"] = registry.owner(op).name
+        try:
+            node = node.replace(attrs=_attributes(proto_node, node, op))
+            graph.add_node(node)
+            infer_node(graph, registry, node)
+        except UnsupportedError as exc:
+            entry.update(status="unsupported", reason=str(exc))
+        except PlugrtError as exc:
+            if any(n and graph.values.get(n) is not None and graph.values[n].info is None for n in node.inputs):
+                entry.update(status="not checked", reason="an input comes from an unsupported node")
+            else:
+                entry.update(status="unsupported", reason=str(exc))
+    return report
+
+
+def _empty_value(name: str):
+    from plugrt.ir.graph import Value
+
+    return Value(name)

@@ -1,0 +1,224 @@
+"""The op plugin interface: what a plugin implements so the core can use its op.
+
+A plugin package returns instances of :class:`OpPlugin` subclasses from its
+``plugrt_ops`` hook. The core never knows any op's math; it reads the class attributes
+below, validates nodes against them, and calls the methods.
+
+Lifecycle of a node, and the plugin methods the core calls on the way:
+
+1. import: :attr:`OpPlugin.attributes` validate and default the node's attributes;
+2. inference: :meth:`OpPlugin.check` (refuse what the plugin declares unsupported), then
+   :meth:`OpPlugin.infer` (output dtypes and shapes, symbolic dims allowed);
+3. constant folding, reference execution, calibration: :meth:`OpPlugin.reference`;
+4. engine build: :meth:`OpPlugin.tactics` (CUDA implementations), :meth:`OpPlugin.pointwise`
+   (a scalar device function the core can fuse into chains and epilogues);
+5. plan files: :meth:`OpPlugin.serialize` (extra JSON-safe data; never pickle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from plugrt.errors import UnsupportedError
+from plugrt.ir.dims import Dim, format_shape, is_static
+
+if TYPE_CHECKING:
+    from plugrt.ir.graph import Node
+
+#: Sentinel default of an attribute the node must carry.
+REQUIRED = object()
+
+ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph")
+
+#: Op groups the core's rules refer to (fusion, folding).
+POINTWISE = "pointwise"
+REDUCTION = "reduction"
+SHAPE = "shape"
+ANCHOR = "anchor"
+NORMALIZATION = "normalization"
+
+FLOAT_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
+INT_DTYPES = frozenset(
+    np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+)
+NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
+ALL_DTYPES = NUMERIC_DTYPES | {np.dtype(bool)}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorInfo:
+    """What is known about a tensor before running: dtype, shape and, if constant, value.
+
+    ``shape`` holds ints and symbol names (see :mod:`plugrt.ir.dims`). ``value`` is set
+    when the tensor is a known constant (an initializer, or computed from constants, as
+    shape computations are); shape-computing ops read it, e.g. Reshape's target shape.
+    """
+
+    dtype: np.dtype
+    shape: tuple
+    value: np.ndarray | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return is_static(self.shape)
+
+    def with_value(self, value: np.ndarray | None) -> "TensorInfo":
+        return dataclasses.replace(self, value=value)
+
+    def same_type(self, other: "TensorInfo") -> bool:
+        return self.dtype == other.dtype and self.shape == other.shape
+
+    def __repr__(self) -> str:
+        known = ", const" if self.value is not None else ""
+        return f"TensorInfo({self.dtype}, {format_shape(self.shape)}{known})"
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> "TensorInfo":
+        """The info of a concrete array, value included."""
+        array = np.asarray(array)
+        return cls(array.dtype, array.shape, array)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute an op accepts: its ONNX kind and default (``REQUIRED`` if none)."""
+
+    name: str
+    kind: str
+    default: Any = None
+
+    def __post_init__(self):
+        if self.kind not in ATTRIBUTE_KINDS:
+            raise ValueError(f"attribute {self.name!r}: kind must be one of {ATTRIBUTE_KINDS}")
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+def optional(inputs: Sequence, index: int):
+    """The input at ``index``, or ``None`` when the node omits that optional input."""
+    return inputs[index] if index < len(inputs) else None
+
+
+class OpPlugin:
+    """Base class of every op plugin. Subclass it, set the class attributes, implement
+    :meth:`infer` and :meth:`reference`, and return an instance from ``plugrt_ops``.
+
+    Class attributes:
+
+    - ``op_type``, ``domain`` (``""`` is the default ONNX domain): which nodes it handles;
+    - ``since_opset``, ``until_opset`` (inclusive, ``None`` for open): the opset versions
+      of that domain it implements;
+    - ``version``: the plugin's own version of this op, recorded in plan files;
+    - ``attributes``: the :class:`Attr` it accepts; others are refused at import;
+    - ``inputs``, ``outputs``: ``(min, max)`` counts, optional ones included;
+    - ``groups``: names from this module (``POINTWISE``, ``REDUCTION``, ...) for fusion rules;
+    - ``dtypes``: the input dtypes it accepts; the core refuses others before ``check``.
+    """
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+    since_opset: ClassVar[int] = 1
+    until_opset: ClassVar[int | None] = None
+    version: ClassVar[str] = "1.0"
+    attributes: ClassVar[tuple[Attr, ...]] = ()
+    inputs: ClassVar[tuple[int, int]] = (1, 1)
+    outputs: ClassVar[tuple[int, int]] = (1, 1)
+    groups: ClassVar[frozenset[str]] = frozenset()
+    dtypes: ClassVar[frozenset[np.dtype]] = ALL_DTYPES
+
+    # ----------------------------------------------------------------- identity
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.op_type)
+
+    def supports_opset(self, opset: int) -> bool:
+        return self.since_opset <= opset and (self.until_opset is None or opset <= self.until_opset)
+
+    def __repr__(self) -> str:
+        until = self.until_opset if self.until_opset is not None else ""
+        domain = self.domain or "ai.onnx"
+        return f"<{type(self).__name__} {domain}::{self.op_type} opset {self.since_opset}-{until}>"
+
+    # ----------------------------------------------------------------- inference
+
+    def check(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> None:
+        """Refuse what this plugin does not implement, by raising :class:`UnsupportedError`
+        (use :meth:`unsupported`). Called before :meth:`infer`; the default accepts all."""
+
+    def infer(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> list[TensorInfo]:
+        """Return the outputs' dtypes and shapes (symbolic dims allowed).
+
+        ``inputs`` has one entry per input the node names, ``None`` for an omitted
+        optional input. An output may carry ``value`` when it is computable from the
+        inputs' values; the core also derives values itself by running :meth:`reference`
+        on small constant inputs.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.infer")
+
+    def reference(self, node: "Node", inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        """Compute the outputs with NumPy, following the ONNX specification.
+
+        This is the ground truth for tests, constant folding and calibration.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.reference")
+
+    # ----------------------------------------------------------------- engine
+
+    def tactics(self, node: "Node", inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]) -> list:
+        """Return the CUDA implementations that can run this node, best first."""
+        return []
+
+    def pointwise(self, node: "Node"):
+        """Return a scalar device function for pointwise fusion, or ``None``."""
+        return None
+
+    def serialize(self, node: "Node") -> Mapping[str, Any]:
+        """Return extra JSON-safe data a plan needs beyond the node's attributes."""
+        return {}
+
+    # ----------------------------------------------------------------- helpers
+
+    def unsupported(self, node: "Node", what: str, fix: str = "") -> UnsupportedError:
+        """An :class:`UnsupportedError` naming the node and what this plugin refuses."""
+        message = f"{node.describe()}: {what} is not supported by plugin {type(self).__name__}"
+        if fix:
+            message += f"; {fix}"
+        return UnsupportedError(message)
+
+    def require_dtypes(self, node: "Node", inputs: Sequence[TensorInfo | None], allowed, which=None):
+        """Raise :meth:`unsupported` unless each checked input's dtype is in ``allowed``."""
+        indices = range(len(inputs)) if which is None else which
+        for i in indices:
+            info = optional(inputs, i)
+            if info is not None and info.dtype not in allowed:
+                names = ", ".join(sorted(str(d) for d in allowed))
+                raise self.unsupported(node, f"input {i} of dtype {info.dtype}", f"supported: {names}")
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """A named graph rewrite a plugin contributes through ``plugrt_passes``.
+
+    ``run(graph, registry)`` rewrites the graph in place and returns how many changes it
+    made. Passes are ordered by ``(priority, owner, name)``; lower runs first.
+    """
+
+    name: str
+    run: Any
+    priority: int = 100
+    description: str = field(default="", compare=False)

@@ -1,0 +1,278 @@
+"""The plugin registry: loads plugins through pluggy and indexes the ops they provide.
+
+Plugins come from the entry point group ``plugrt.plugins``; the built-in ops are entry
+points of the ``plugrt`` distribution itself, so they take the same road as a third
+party's. Environment switches:
+
+- ``PLUGRT_DISABLE_PLUGIN_AUTOLOAD=1``: load only the ``plugrt`` distribution's own entry
+  points (plus those named in ``PLUGRT_PLUGINS``);
+- ``PLUGRT_PLUGINS=a,b``: an allow-list of entry point or distribution names to load;
+- ``PLUGRT_TRACE_PLUGINS=1``: print every hook call to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Iterable
+
+import pluggy
+
+from plugrt import API_VERSION, hookspecs
+from plugrt.errors import PluginError, UnsupportedError
+from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin
+
+ENTRY_POINT_GROUP = "plugrt.plugins"
+CORE_DISTRIBUTION = "plugrt"
+
+
+@dataclass
+class PluginRecord:
+    """One registered plugin: where it came from and what it provides."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    module: str
+    ops: list[OpPlugin] = field(default_factory=list)
+    passes: list[GraphPass] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "module": self.module,
+            "ops": [op_json(op) for op in self.ops],
+            "passes": [p.name for p in self.passes],
+        }
+
+
+@dataclass
+class LoadFailure:
+    """A plugin that could not be loaded; the others keep working."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    error: str
+
+
+def op_json(op: OpPlugin) -> dict:
+    return {
+        "domain": op.domain,
+        "op_type": op.op_type,
+        "since_opset": op.since_opset,
+        "until_opset": op.until_opset,
+        "version": op.version,
+    }
+
+
+class Registry:
+    """Plugins and their ops. ``Registry.load()`` builds the standard one."""
+
+    def __init__(self):
+        self.pm = pluggy.PluginManager("plugrt")
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: dict[str, PluginRecord] = {}
+        self.failures: list[LoadFailure] = []
+        self._ops: dict[tuple[str, str], list[tuple[OpPlugin, str]]] = {}
+        if os.environ.get("PLUGRT_TRACE_PLUGINS"):
+            self.pm.trace.root.setwriter(sys.stderr.write)
+            self.pm.enable_tracing()
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, allow: Iterable[str] | None = None, autoload: bool | None = None) -> "Registry":
+        """Load every plugin of the entry point group, filtered by the switches above."""
+        registry = cls()
+        if allow is None and os.environ.get("PLUGRT_PLUGINS"):
+            allow = [a.strip() for a in os.environ["PLUGRT_PLUGINS"].split(",") if a.strip()]
+        if autoload is None:
+            autoload = not os.environ.get("PLUGRT_DISABLE_PLUGIN_AUTOLOAD")
+        allowed = set(allow) if allow is not None else None
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            dist = ep.dist.name if ep.dist is not None else None
+            if allowed is not None and ep.name not in allowed and dist not in allowed:
+                continue
+            if allowed is None and not autoload and dist != CORE_DISTRIBUTION:
+                continue
+            if ep.name in registry.plugins:
+                continue  # the same distribution seen twice on sys.path
+            registry._load_entry_point(ep, dist)
+        registry.finish()
+        return registry
+
+    def _load_entry_point(self, ep, dist: str | None) -> None:
+        version = ep.dist.version if ep.dist is not None else None
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not take the others down
+            self.failures.append(LoadFailure(ep.name, dist, version, f"{type(exc).__name__}: {exc}"))
+            return
+        try:
+            self.register(module, name=ep.name, distribution=dist, version=version)
+        except PluginError as exc:
+            self.failures.append(LoadFailure(ep.name, dist, version, str(exc)))
+
+    def register(self, plugin: Any, name: str | None = None, distribution: str | None = None,
+                 version: str | None = None) -> PluginRecord:
+        """Register a plugin module or object, validate it, and index its ops.
+
+        :raises PluginError: on unknown hooks, bad hook arguments, an unsupported API
+            version, invalid op plugins, or an op another plugin already owns.
+        """
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        if name in self.plugins:
+            raise PluginError(f"plugin {name!r} is registered twice")
+        self._check_api_version(plugin, name, distribution)
+        try:
+            self.pm.register(plugin, name=name)
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self._unregister(plugin)
+            raise PluginError(f"plugin {name!r} ({distribution or 'no distribution'}): {exc}") from None
+        record = PluginRecord(name, distribution, version, getattr(plugin, "__name__", type(plugin).__name__))
+        try:
+            record.ops = self._collect(plugin, "plugrt_ops", name)
+            record.passes = self._collect(plugin, "plugrt_passes", name)
+            for op in record.ops:
+                self._validate_op(op, name)
+            self._index_ops(record)
+        except PluginError:
+            self._unregister(plugin)
+            raise
+        self.plugins[name] = record
+        return record
+
+    def finish(self) -> None:
+        """Called after loading: any hook implemented but not specified is an error."""
+        self.pm.check_pending()
+
+    def _unregister(self, plugin) -> None:
+        if self.pm.is_registered(plugin):
+            self.pm.unregister(plugin)
+
+    def _check_api_version(self, plugin, name: str, distribution: str | None) -> None:
+        supported = getattr(plugin, "PLUGRT_API", None)
+        if supported is None:
+            return
+        low, high = supported
+        if not (low <= API_VERSION <= high):
+            raise PluginError(
+                f"plugin {name!r} ({distribution or 'no distribution'}) supports plugrt API "
+                f"{low}..{high} but this plugrt implements API {API_VERSION}; "
+                f"install a version of the plugin built for API {API_VERSION}"
+            )
+
+    def _collect(self, plugin, hook_name: str, name: str) -> list:
+        items: list = []
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            try:
+                result = impl.function()
+            except Exception as exc:
+                raise PluginError(f"plugin {name!r}: hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
+            if result is None:
+                continue
+            if not isinstance(result, (list, tuple)):
+                raise PluginError(f"plugin {name!r}: hook {hook_name} must return a list, got {type(result).__name__}")
+            items.extend(result)
+        return items
+
+    def _validate_op(self, op: Any, owner: str) -> None:
+        if not isinstance(op, OpPlugin):
+            raise PluginError(f"plugin {owner!r}: plugrt_ops returned {op!r}, which is not an OpPlugin instance")
+        label = f"plugin {owner!r} op {op.op_type or '?'}"
+        if not op.op_type or not isinstance(op.op_type, str):
+            raise PluginError(f"plugin {owner!r}: {type(op).__name__} has no op_type")
+        if op.until_opset is not None and op.until_opset < op.since_opset:
+            raise PluginError(f"{label}: until_opset {op.until_opset} < since_opset {op.since_opset}")
+        for attr in op.attributes:
+            if attr.kind not in ATTRIBUTE_KINDS:
+                raise PluginError(f"{label}: attribute {attr.name!r} has unknown kind {attr.kind!r}")
+        for method in ("infer", "reference"):
+            if getattr(type(op), method) is getattr(OpPlugin, method):
+                raise PluginError(f"{label}: {type(op).__name__} does not implement {method}()")
+
+    def _index_ops(self, record: PluginRecord) -> None:
+        new: dict[tuple[str, str], list] = {}
+        for op in record.ops:
+            for other, other_owner in self._ops.get(op.key, []) + new.get(op.key, []):
+                if _overlap(op, other):
+                    raise PluginError(
+                        f"op {op.domain or 'ai.onnx'}::{op.op_type} is provided twice with overlapping "
+                        f"opsets: by plugin {record.name!r} ({record.distribution or 'no distribution'}) "
+                        f"and by plugin {other_owner!r} ({self._dist_of(other_owner)}); "
+                        "uninstall one, or leave one out with PLUGRT_PLUGINS"
+                    )
+            new.setdefault(op.key, []).append((op, record.name))
+        for key, entries in new.items():
+            self._ops.setdefault(key, []).extend(entries)
+
+    def _dist_of(self, plugin_name: str) -> str:
+        record = self.plugins.get(plugin_name)
+        return (record.distribution if record else None) or "no distribution"
+
+    # ------------------------------------------------------------------ lookup
+
+    def find_op(self, domain: str, op_type: str, opset: int) -> OpPlugin | None:
+        """The op plugin for this node identity, or ``None``."""
+        for op, _owner in self._ops.get((_canonical(domain), op_type), []):
+            if op.supports_opset(opset):
+                return op
+        return None
+
+    def op(self, node) -> OpPlugin:
+        """The op plugin for ``node``; :class:`UnsupportedError` if none."""
+        op = self.find_op(node.domain, node.op_type, node.opset)
+        if op is None:
+            raise UnsupportedError(f"{node.describe()}: no installed plugin provides this op at this opset")
+        return op
+
+    def owner(self, op: OpPlugin) -> PluginRecord:
+        for record in self.plugins.values():
+            if any(o is op for o in record.ops):
+                return record
+        raise KeyError(op)
+
+    def ops(self) -> list[OpPlugin]:
+        return [op for entries in self._ops.values() for op, _ in entries]
+
+    def op_types(self, domain: str = "") -> set[str]:
+        return {op.op_type for op in self.ops() if op.domain == _canonical(domain)}
+
+    def passes(self) -> list[tuple[str, GraphPass]]:
+        found = [(record.name, p) for record in self.plugins.values() for p in record.passes]
+        return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
+
+
+def _canonical(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def _overlap(a: OpPlugin, b: OpPlugin) -> bool:
+    a_hi = a.until_opset if a.until_opset is not None else 10**9
+    b_hi = b.until_opset if b.until_opset is not None else 10**9
+    return a.since_opset <= b_hi and b.since_opset <= a_hi
+
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _default
+    if _default is None:
+        _default = Registry.load()
+    return _default
+
+
+def reset_default_registry() -> None:
+    """Forget the process-wide registry (tests that install plugins call this)."""
+    global _default
+    _default = None

@@ -1,0 +1,97 @@
+"""Running ONNX's own backend node test cases through ``plugrt.onnx.backend``.
+
+The onnx wheel ships the case generators (``onnx.backend.test.case.node``) but not their
+data; :func:`node_cases` generates them in memory. A case counts for plugrt when every
+node of its model is an op plugrt claims. Outcomes: ``passed``, ``declared-unsupported``
+(a plugin refused the case at import with an :class:`UnsupportedError`), ``failed``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from plugrt.errors import UnsupportedError
+
+PASSED = "passed"
+UNSUPPORTED = "declared-unsupported"
+FAILED = "failed"
+
+
+@functools.lru_cache(maxsize=1)
+def all_node_cases() -> tuple:
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        return tuple(collect_testcases(None))
+
+
+def case_op_types(case) -> set[str]:
+    return {(n.domain if n.domain != "ai.onnx" else "", n.op_type) for n in case.model.graph.node}
+
+
+def node_cases(registry) -> list:
+    """The cases whose every node is an op this registry claims, sorted by name."""
+    claimed = {op.key for op in registry.ops()}
+    return sorted((c for c in all_node_cases() if case_op_types(c) <= claimed), key=lambda c: c.name)
+
+
+def _array(x):
+    return numpy_helper.to_array(x) if isinstance(x, TensorProto) else np.asarray(x)
+
+
+def run_case(case, device: str = "CPU", registry=None) -> tuple[str, str]:
+    """Run one case; returns ``(outcome, detail)``; never raises for a failing case."""
+    from plugrt.onnx import backend
+
+    try:
+        rep = backend.prepare(case.model, device, registry=registry)
+    except UnsupportedError as exc:
+        return UNSUPPORTED, str(exc)
+    except Exception as exc:
+        return FAILED, f"prepare: {type(exc).__name__}: {exc}"
+    for inputs, expected in case.data_sets:
+        try:
+            with np.errstate(all="ignore"):
+                got = rep.run([_array(x) for x in inputs])
+            compare_outputs([_array(x) for x in expected], list(got), case.rtol, case.atol)
+        except UnsupportedError as exc:
+            return UNSUPPORTED, str(exc)
+        except Exception as exc:
+            return FAILED, f"{type(exc).__name__}: {exc}"
+    return PASSED, ""
+
+
+def compare_outputs(expected: list, got: list, rtol: float, atol: float) -> None:
+    """The comparison of ONNX's own backend runner: shapes, dtypes, then allclose."""
+    if len(got) != len(expected):
+        raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
+    for i, (ref, out) in enumerate(zip(expected, got)):
+        out = np.asarray(out)
+        if out.shape != ref.shape:
+            raise AssertionError(f"output {i}: shape {out.shape}, expected {ref.shape}")
+        if ref.dtype == object:
+            np.testing.assert_array_equal(out, ref)
+            continue
+        if out.dtype != ref.dtype:
+            raise AssertionError(f"output {i}: dtype {out.dtype}, expected {ref.dtype}")
+        np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=f"output {i}")
+
+
+def summarize(outcomes: dict[str, tuple[str, str]], claimed: list[str]) -> dict:
+    counts = {PASSED: 0, UNSUPPORTED: 0, FAILED: 0}
+    for outcome, _ in outcomes.values():
+        counts[outcome] += 1
+    return {"claimed_ops": sorted(claimed), "counts": counts,
+            "declared_unsupported": {k: v for k, (o, v) in outcomes.items() if o == UNSUPPORTED},
+            "failed": {k: v for k, (o, v) in outcomes.items() if o == FAILED}}
+
+
+def write_report(path, report: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2, sort_keys=True)

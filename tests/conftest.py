@@ -1,0 +1,43 @@
+"""Test setup: CUDA simulator when there is no GPU, shared fixtures, the conformance report."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import conformance
+from plugrt.registry import default_registry
+
+CONFORMANCE_OUTCOMES: dict[str, tuple[str, str]] = {}
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return default_registry()
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh, seeded-per-test random generator (the seed is printed on failure)."""
+    import zlib
+
+    import numpy as np
+
+    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("PLUGRT_TEST_SEED", "0"))
+    return np.random.default_rng(seed)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CONFORMANCE_OUTCOMES:
+        return
+    claimed = sorted({f"{d}::{t}" if d else t for d, t in {op.key for op in default_registry().ops()}})
+    report = conformance.summarize(CONFORMANCE_OUTCOMES, claimed)
+    path = os.path.join(str(terminalreporter.config.rootpath), "conformance-report.json")
+    conformance.write_report(path, report)
+    c = report["counts"]
+    terminalreporter.write_sep("-", "ONNX node conformance")
+    terminalreporter.write_line(
+        f"claimed ops: {len(claimed)}; cases: {sum(c.values())}; passed {c['passed']}, "
+        f"declared-unsupported {c['declared-unsupported']}, failed {c['failed']} (details: {path})"
+    )

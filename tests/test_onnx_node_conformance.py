@@ -1,0 +1,34 @@
+"""ONNX's backend node test cases, for every op type plugrt claims, through the CPU backend.
+
+A claimed op whose case fails fails the suite; a case a plugin declares unsupported is
+skipped and counted as declared-unsupported, never as passed.
+"""
+
+import pytest
+
+import conformance
+from conftest import CONFORMANCE_OUTCOMES
+from plugrt.registry import default_registry
+
+CASES = conformance.node_cases(default_registry())
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case_cpu(case):
+    outcome, detail = conformance.run_case(case, "CPU")
+    CONFORMANCE_OUTCOMES[case.name] = (outcome, detail)
+    if outcome == conformance.UNSUPPORTED:
+        pytest.skip(f"declared unsupported: {detail}")
+    assert outcome == conformance.PASSED, detail
+
+
+def test_every_claimed_op_has_cases(registry):
+    """Each claimed standard op is exercised by at least one ONNX case (or listed here)."""
+    covered = set().union(*(conformance.case_op_types(c) for c in CASES)) if CASES else set()
+    claimed = {op.key for op in registry.ops() if op.domain == ""}
+    assert claimed - covered <= NO_ONNX_CASES, sorted(claimed - covered - NO_ONNX_CASES)
+
+
+#: Claimed ops for which ONNX ships no node case; their own tests cover them.
+NO_ONNX_CASES: set = set()
