@@ -169,16 +169,15 @@ class Registry:
             )
 
     def _collect(self, plugin, hook_name: str, name: str) -> list:
+        """Call one hook of one plugin (through pluggy, so tracing sees it); flatten lists."""
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
+        try:
+            results = caller()
+        except Exception as exc:
+            raise PluginError(f"plugin {name!r}: hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
         items: list = []
-        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            if impl.plugin is not plugin:
-                continue
-            try:
-                result = impl.function()
-            except Exception as exc:
-                raise PluginError(f"plugin {name!r}: hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
-            if result is None:
-                continue
+        for result in results:
             if not isinstance(result, (list, tuple)):
                 raise PluginError(f"plugin {name!r}: hook {hook_name} must return a list, got {type(result).__name__}")
             items.extend(result)

@@ -1,0 +1,44 @@
+"""End to end: the example models against onnxruntime through plugrt.onnx.backend."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from make_models import MODELS  # noqa: E402
+
+from plugrt.onnx import backend  # noqa: E402
+
+SHAPES = {"convnet": [(1, 3, 16, 16), (3, 3, 16, 16)], "encoder": [(1, 5, 32), (2, 8, 32)]}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_example_model_matches_onnxruntime(name, rng):
+    model = MODELS[name]()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rep = backend.prepare(model, "CPU")
+    input_name = model.graph.input[0].name
+    for shape in SHAPES[name]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (want,) = session.run(None, {input_name: x})
+        (got,) = rep.run([x])
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_backend_supports_cpu():
+    assert backend.supports_device("CPU")
+    assert not backend.supports_device("TPU")
+
+
+def test_main_job_script(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "make_models.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, check=True)
+    for path in out.stdout.split():
+        onnx.checker.check_model(onnx.load(path))
