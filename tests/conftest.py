@@ -41,3 +41,13 @@ def pytest_terminal_summary(terminalreporter):
         f"claimed ops: {len(claimed)}; cases: {sum(c.values())}; passed {c['passed']}, "
         f"declared-unsupported {c['declared-unsupported']}, failed {c['failed']} (details: {path})"
     )
+
+
+def skip_unless_ops(model) -> None:
+    """Skip the calling test when the model uses ops no installed plugin claims yet."""
+    registry = default_registry()
+    opsets = {o.domain: o.version for o in model.opset_import}
+    missing = sorted({n.op_type for n in model.graph.node
+                      if registry.find_op(n.domain, n.op_type, opsets.get(n.domain, 1)) is None})
+    if missing:
+        pytest.skip(f"ops not implemented yet: {', '.join(missing)}")

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from make_models import MODELS  # noqa: E402
 
+from conftest import skip_unless_ops  # noqa: E402
 from plugrt.onnx import backend  # noqa: E402
 
 SHAPES = {"convnet": [(1, 3, 16, 16), (3, 3, 16, 16)], "encoder": [(1, 5, 32), (2, 8, 32)]}
@@ -19,6 +20,7 @@ SHAPES = {"convnet": [(1, 3, 16, 16), (3, 3, 16, 16)], "encoder": [(1, 5, 32), (
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_example_model_matches_onnxruntime(name, rng):
     model = MODELS[name]()
+    skip_unless_ops(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rep = backend.prepare(model, "CPU")
     input_name = model.graph.input[0].name

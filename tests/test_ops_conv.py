@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
