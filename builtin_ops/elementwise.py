@@ -1,8 +1,489 @@
-"""Placeholder: filled in by the op family work."""
+"""Elementwise ops with NumPy-style broadcasting: arithmetic (Add, Div, Pow, Mod, ...),
+variadic (Max, Min, Sum, Mean), Where, comparisons, logic, BitShift, Cast, CastLike, IsNaN, IsInf.
+
+The binary ops are claimed from opset 7, where multidirectional broadcasting replaced the
+legacy ``broadcast``/``axis`` attributes; the variadic ops from opset 6.
+"""
+
+from __future__ import annotations
+
+import numpy as np
 
 from plugrt import hookimpl
+from plugrt.errors import ModelError, ShapeError
+from plugrt.ir.dims import broadcast, format_shape
+from plugrt.plugin import (
+    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin,
+    TensorInfo,
+)
+
+BOOL = np.dtype(bool)
+BOOL_DTYPES = frozenset({BOOL})
+_POW_BASE_DTYPES = FLOAT_DTYPES | {np.dtype("int32"), np.dtype("int64")}
+
+#: TensorProto.DataType values of the dtypes NumPy handles natively (Cast's ``to``).
+ONNX_DTYPES = {
+    1: np.dtype("float32"), 2: np.dtype("uint8"), 3: np.dtype("int8"), 4: np.dtype("uint16"),
+    5: np.dtype("int16"), 6: np.dtype("int32"), 7: np.dtype("int64"), 9: BOOL,
+    10: np.dtype("float16"), 11: np.dtype("float64"), 12: np.dtype("uint32"), 13: np.dtype("uint64"),
+}
+
+
+def broadcast_shape(node, inputs) -> tuple:
+    """The multidirectional broadcast of the inputs' shapes (symbolic dims allowed)."""
+    try:
+        return broadcast([i.shape for i in inputs])
+    except ValueError as exc:
+        shapes = ", ".join(format_shape(i.shape) for i in inputs)
+        raise ShapeError(f"{node.describe()}: input shapes {shapes} do not broadcast ({exc})") from None
+
+
+def require_inputs(op: OpPlugin, node, inputs) -> None:
+    """Every input present and their count within ``op.inputs`` (the core leaves this to ops)."""
+    low, high = op.inputs
+    if not low <= len(inputs) <= high or any(i is None for i in inputs):
+        count = f"{low}" if low == high else f"{low} or more" if high >= VARIADIC else f"{low} to {high}"
+        raise ModelError(f"{node.describe()}: takes {count} non-empty inputs, got {len(inputs)}: "
+                         + ", ".join(repr(n) for n in node.inputs))
+
+
+def require_same_dtype(node, inputs, indices) -> None:
+    dtypes = [inputs[i].dtype for i in indices if inputs[i] is not None]
+    if len(set(dtypes)) > 1:
+        raise ModelError(f"{node.describe()}: inputs {list(indices)} must share one dtype, got "
+                         + ", ".join(str(d) for d in dtypes))
+
+
+class ElementwiseOp(OpPlugin):
+    """A broadcasting pointwise op. Subclasses implement :meth:`compute` on NumPy arrays.
+
+    ``same_dtype`` lists the inputs that must share a dtype (``None``: all of them);
+    :meth:`out_dtype` gives the output dtype (default: input 0's).
+    """
+
+    groups = frozenset({POINTWISE})
+    inputs = (2, 2)
+    same_dtype: tuple | None = None
+
+    def check(self, node, inputs):
+        require_inputs(self, node, inputs)
+        indices = range(len(inputs)) if self.same_dtype is None else self.same_dtype
+        require_same_dtype(node, inputs, indices)
+
+    def out_dtype(self, node, dtypes: list) -> np.dtype:
+        return dtypes[0]
+
+    def infer(self, node, inputs):
+        dtype = self.out_dtype(node, [i.dtype for i in inputs])
+        return [TensorInfo(dtype, broadcast_shape(node, inputs))]
+
+    def reference(self, node, inputs):
+        dtype = self.out_dtype(node, [x.dtype for x in inputs])
+        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+        with np.errstate(all="ignore"):
+            out = np.asarray(self.compute(node, *inputs)).astype(dtype, copy=False)
+        if out.shape != shape:
+            out = np.broadcast_to(out, shape).copy()
+        elif any(out is x for x in inputs):  # e.g. a single-input Max: never alias an input
+            out = out.copy()
+        return [out]
+
+    def compute(self, node, *xs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------- arithmetic
+
+
+class Add(ElementwiseOp):
+    op_type = "Add"
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, a, b):
+        return np.add(a, b)
+
+
+class Sub(ElementwiseOp):
+    op_type = "Sub"
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, a, b):
+        return np.subtract(a, b)
+
+
+class Mul(ElementwiseOp):
+    op_type = "Mul"
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, a, b):
+        return np.multiply(a, b)
+
+
+def trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division rounding toward zero (C semantics), in integer arithmetic."""
+    q = np.floor_divide(a, b)
+    if a.dtype.kind == "u":
+        return q
+    inexact = (np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0))
+    return q + inexact.astype(q.dtype)
+
+
+class Div(ElementwiseOp):
+    """Div; integer inputs divide with truncation toward zero (test_div_int32_trunc)."""
+
+    op_type = "Div"
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, a, b):
+        if a.dtype.kind in "iu":
+            return trunc_divide(a, b)
+        return np.divide(a, b)
+
+
+def _int_exponent(y: np.ndarray) -> np.ndarray:
+    """An integer exponent as int64; huge uint64 values are clamped keeping their parity."""
+    if y.dtype == np.uint64:
+        limit = np.uint64(1 << 62)
+        y = np.where(y > limit, limit + (y & np.uint64(1)), y)
+    return y.astype(np.int64)
+
+
+class Pow(ElementwiseOp):
+    """Pow: base T (float, int32, int64), exponent T1 (any numeric); output T.
+
+    A float base or exponent computes in float64 and casts (truncating for an integer
+    base); integer ** integer stays exact (wrapping), negative exponents give the
+    truncated result of the real power (1, -1 or 0).
+    """
+
+    op_type = "Pow"
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def check(self, node, inputs):
+        require_inputs(self, node, inputs)
+        if node.opset < 12:
+            require_same_dtype(node, inputs, (0, 1))
+        self.require_dtypes(node, inputs, _POW_BASE_DTYPES, which=(0,))
+
+    def compute(self, node, x, y):
+        if x.dtype.kind == "f" or y.dtype.kind == "f":
+            return np.power(x.astype(np.float64), y.astype(np.float64))
+        e = _int_exponent(y)
+        x = x.astype(np.int64)
+        negative = e < 0
+        out = np.power(x, np.where(negative, 0, e))
+        if not negative.any():
+            return out
+        odd = (e & 1) == 1
+        reciprocal = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0))
+        return np.where(negative, reciprocal, out)
+
+
+class Mod(ElementwiseOp):
+    """Mod: ``fmod=0`` floors (sign of the divisor), ``fmod=1`` truncates (C fmod)."""
+
+    op_type = "Mod"
+    since_opset = 10
+    dtypes = NUMERIC_DTYPES
+    attributes = (Attr("fmod", "int", 0),)
+
+    def check(self, node, inputs):
+        super().check(node, inputs)
+        if node.attrs["fmod"] not in (0, 1):
+            raise self.unsupported(node, f"fmod={node.attrs['fmod']}", "fmod must be 0 or 1")
+
+    def compute(self, node, a, b):
+        return np.fmod(a, b) if node.attrs["fmod"] == 1 else np.mod(a, b)
+
+
+class BitShift(ElementwiseOp):
+    """BitShift: arithmetic right shift for signed types; shifts < 0 or >= the bit width
+    give the sign fill alone (-1 for a right shift of a negative value, else 0)."""
+
+    op_type = "BitShift"
+    since_opset = 11
+    dtypes = INT_DTYPES
+    attributes = (Attr("direction", "string", REQUIRED),)
+
+    def check(self, node, inputs):
+        super().check(node, inputs)
+        if node.attrs["direction"] not in ("LEFT", "RIGHT"):
+            raise self.unsupported(node, f"direction={node.attrs['direction']!r}", "use 'LEFT' or 'RIGHT'")
+
+    def compute(self, node, x, y):
+        bits = x.dtype.itemsize * 8
+        count = y.astype(np.int64)  # uint64 counts past 2**63 turn negative: out of range too
+        valid = (count >= 0) & (count < bits)
+        count = np.where(valid, count, 0).astype(x.dtype)
+        if node.attrs["direction"] == "LEFT":
+            return np.where(valid, np.left_shift(x, count), 0)
+        fill = np.where(x < 0, -1, 0) if x.dtype.kind == "i" else 0
+        return np.where(valid, np.right_shift(x, count), fill)
+
+
+# ---------------------------------------------------------------------- variadic
+
+
+class VariadicOp(ElementwiseOp):
+    """Max, Min, Sum, Mean: one or more inputs of one dtype, broadcast together."""
+
+    since_opset = 6
+    inputs = (1, VARIADIC)
+
+
+class Max(VariadicOp):
+    op_type = "Max"
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, *xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = np.maximum(out, x)
+        return out
+
+
+class Min(VariadicOp):
+    op_type = "Min"
+    dtypes = NUMERIC_DTYPES
+
+    def compute(self, node, *xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = np.minimum(out, x)
+        return out
+
+
+class Sum(VariadicOp):
+    op_type = "Sum"
+    dtypes = FLOAT_DTYPES
+
+    def compute(self, node, *xs):
+        out = xs[0].astype(np.float64)
+        for x in xs[1:]:
+            out = out + x.astype(np.float64)
+        return out
+
+
+class Mean(VariadicOp):
+    op_type = "Mean"
+    dtypes = FLOAT_DTYPES
+
+    def compute(self, node, *xs):
+        out = xs[0].astype(np.float64)
+        for x in xs[1:]:
+            out = out + x.astype(np.float64)
+        return out / len(xs)
+
+
+class Where(ElementwiseOp):
+    """Where(condition, X, Y): X where condition else Y; output of X's dtype."""
+
+    op_type = "Where"
+    since_opset = 9
+    inputs = (3, 3)
+    same_dtype = (1, 2)
+
+    def check(self, node, inputs):
+        super().check(node, inputs)
+        if inputs[0].dtype != BOOL:
+            raise ModelError(f"{node.describe()}: condition must be bool, got {inputs[0].dtype}")
+
+    def out_dtype(self, node, dtypes):
+        return dtypes[1]
+
+    def compute(self, node, condition, x, y):
+        return np.where(condition, x, y)
+
+
+# ---------------------------------------------------------------------- comparison and logic
+
+
+class PredicateOp(ElementwiseOp):
+    """Ops whose output is bool (comparisons, logic, IsNaN, IsInf)."""
+
+    since_opset = 7
+    dtypes = NUMERIC_DTYPES
+
+    def out_dtype(self, node, dtypes):
+        return BOOL
+
+
+class Equal(PredicateOp):
+    op_type = "Equal"
+    dtypes = ALL_DTYPES
+
+    def compute(self, node, a, b):
+        return np.equal(a, b)
+
+
+class Less(PredicateOp):
+    op_type = "Less"
+
+    def compute(self, node, a, b):
+        return np.less(a, b)
+
+
+class Greater(PredicateOp):
+    op_type = "Greater"
+
+    def compute(self, node, a, b):
+        return np.greater(a, b)
+
+
+class LessOrEqual(PredicateOp):
+    op_type = "LessOrEqual"
+    since_opset = 12
+
+    def compute(self, node, a, b):
+        return np.less_equal(a, b)
+
+
+class GreaterOrEqual(PredicateOp):
+    op_type = "GreaterOrEqual"
+    since_opset = 12
+
+    def compute(self, node, a, b):
+        return np.greater_equal(a, b)
+
+
+class And(PredicateOp):
+    op_type = "And"
+    dtypes = BOOL_DTYPES
+
+    def compute(self, node, a, b):
+        return np.logical_and(a, b)
+
+
+class Or(PredicateOp):
+    op_type = "Or"
+    dtypes = BOOL_DTYPES
+
+    def compute(self, node, a, b):
+        return np.logical_or(a, b)
+
+
+class Xor(PredicateOp):
+    op_type = "Xor"
+    dtypes = BOOL_DTYPES
+
+    def compute(self, node, a, b):
+        return np.logical_xor(a, b)
+
+
+class Not(PredicateOp):
+    op_type = "Not"
+    since_opset = 1
+    inputs = (1, 1)
+    dtypes = BOOL_DTYPES
+
+    def compute(self, node, x):
+        return np.logical_not(x)
+
+
+class IsNaN(PredicateOp):
+    op_type = "IsNaN"
+    since_opset = 9
+    inputs = (1, 1)
+    dtypes = FLOAT_DTYPES
+
+    def compute(self, node, x):
+        return np.isnan(x)
+
+
+class IsInf(PredicateOp):
+    op_type = "IsInf"
+    since_opset = 10
+    inputs = (1, 1)
+    dtypes = FLOAT_DTYPES
+    attributes = (Attr("detect_negative", "int", 1), Attr("detect_positive", "int", 1))
+
+    def compute(self, node, x):
+        negative = np.isneginf(x) if node.attrs["detect_negative"] else np.zeros(x.shape, bool)
+        positive = np.isposinf(x) if node.attrs["detect_positive"] else np.zeros(x.shape, bool)
+        return negative | positive
+
+
+# ---------------------------------------------------------------------- casts
+
+
+def dtype_name(to: int) -> str:
+    try:
+        from onnx import TensorProto
+
+        return TensorProto.DataType.Name(to)
+    except (ImportError, ValueError):
+        return str(to)
+
+
+def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """ONNX Cast between NumPy dtypes: float to int truncates toward zero, int to int
+    wraps (two's complement), to bool maps nonzero (NaN included) to True. Out-of-range
+    float to int is undefined by the spec; NumPy's result is returned."""
+    with np.errstate(all="ignore"):
+        return np.asarray(x).astype(dtype)
+
+
+class CastBase(OpPlugin):
+    """Cast and CastLike: ``saturate`` and ``round_mode`` only change float8 targets,
+    which (like string, bfloat16, int4/int2 and float4/6) are declared unsupported."""
+
+    groups = frozenset({POINTWISE})
+    attributes = (Attr("saturate", "int", 1), Attr("round_mode", "string", "up"))
+
+    def check(self, node, inputs):
+        require_inputs(self, node, inputs)
+        mode = node.attrs["round_mode"]
+        if mode not in ("up", "down", "nearest"):
+            raise self.unsupported(node, f"round_mode={mode!r}", "use 'up', 'down' or 'nearest'")
+
+
+class Cast(CastBase):
+    """Cast to the dtype ``to`` (a TensorProto.DataType value)."""
+
+    op_type = "Cast"
+    since_opset = 6
+    attributes = (Attr("to", "int", REQUIRED),) + CastBase.attributes
+
+    def check(self, node, inputs):
+        super().check(node, inputs)
+        to = node.attrs["to"]
+        if to not in ONNX_DTYPES:
+            names = ", ".join(dtype_name(t) for t in sorted(ONNX_DTYPES))
+            raise self.unsupported(node, f"casting to {dtype_name(to)}", f"supported targets: {names}")
+
+    def infer(self, node, inputs):
+        return [TensorInfo(ONNX_DTYPES[node.attrs["to"]], inputs[0].shape)]
+
+    def reference(self, node, inputs):
+        return [cast(inputs[0], ONNX_DTYPES[node.attrs["to"]])]
+
+
+class CastLike(CastBase):
+    """CastLike(input, target_type): Cast to target_type's dtype."""
+
+    op_type = "CastLike"
+    since_opset = 15
+    inputs = (2, 2)
+
+    def infer(self, node, inputs):
+        return [TensorInfo(inputs[1].dtype, inputs[0].shape)]
+
+    def reference(self, node, inputs):
+        return [cast(inputs[0], inputs[1].dtype)]
+
+
+OPS = (
+    Add, Sub, Mul, Div, Pow, Mod, BitShift, Max, Min, Sum, Mean, Where,
+    Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf,
+    Cast, CastLike,
+)
 
 
 @hookimpl
 def plugrt_ops():
-    return []
+    return [Op() for Op in OPS]

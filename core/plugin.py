@@ -34,6 +34,9 @@ REQUIRED = object()
 
 ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph")
 
+#: The open upper bound of ``inputs``/``outputs`` for variadic ops.
+VARIADIC = 2**31 - 1
+
 #: Op groups the core's rules refer to (fusion, folding).
 POINTWISE = "pointwise"
 REDUCTION = "reduction"

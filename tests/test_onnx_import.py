@@ -155,3 +155,10 @@ def test_check_reports_unsupported_with_exit_1(tmp_path):
     ok = tmp_path / "ok.onnx"
     onnx.save(small_model(), str(ok))
     assert subprocess.run([sys.executable, "-m", "plugrt", "check", str(ok)], capture_output=True).returncode == 0
+
+
+def test_wrong_input_count_names_node():
+    model = small_model()
+    model.graph.node[1].input.append("x")
+    with pytest.raises(ModelError, match=r"node 'act'.*has 2 inputs; plugin LeakyRelu takes 1"):
+        import_model(model)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.errors import PlugrtError, ShapeError
+from plugrt.errors import ModelError, PlugrtError, ShapeError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph, Node
-from plugrt.plugin import TensorInfo
+from plugrt.plugin import VARIADIC, TensorInfo
 
 #: Largest number of elements, inputs and outputs together, computed at inference time.
 VALUE_PROPAGATION_LIMIT = 1 << 16
@@ -50,6 +50,7 @@ def infer_node(graph: Graph, registry, node: Node, propagate_values: bool = True
 
 def run_infer(op, node: Node, inputs: list) -> list[TensorInfo]:
     """Call the plugin's ``check`` and ``infer`` and validate what comes back."""
+    _check_arity(op, node)
     for i, info in enumerate(inputs):
         if info is not None and info.dtype not in op.dtypes:
             raise op.unsupported(node, f"input {i} of dtype {info.dtype}",
@@ -75,6 +76,13 @@ def run_infer(op, node: Node, inputs: list) -> list[TensorInfo]:
         if not isinstance(info, TensorInfo):
             raise ShapeError(f"{node.describe()}: plugin {type(op).__name__} returned {info!r} for output {i}")
     return outputs
+
+
+def _check_arity(op, node: Node) -> None:
+    for what, count, (low, high) in (("inputs", len(node.inputs), op.inputs), ("outputs", len(node.outputs), op.outputs)):
+        if not low <= count <= high:
+            bound = f"at least {low}" if high >= VARIADIC else f"{low}..{high}" if low != high else f"{low}"
+            raise ModelError(f"{node.describe()}: has {count} {what}; plugin {type(op).__name__} takes {bound}")
 
 
 def _propagate_values(op, node: Node, inputs: list, outputs: list[TensorInfo]) -> list[TensorInfo]:
