@@ -1,8 +1,835 @@
-"""Placeholder: filled in by the op family work."""
+"""Data movement, selection and shape computation: Reshape, Transpose, Concat, Split, Slice,
+Squeeze/Unsqueeze, Gather, Shape, Expand, Tile, ConstantOfShape, Constant, Range, Dropout, ...
+
+Shape-like inputs (Reshape's shape, Slice's starts, Unsqueeze's axes, ...) are read from
+``TensorInfo.value`` when known, giving exact output shapes; when unknown the output keeps
+the right rank with fresh symbolic dims named ``{node}_d{axis}``. Shape and Size carry a
+value whenever the dims they report are concrete, even if the input's data is unknown.
+
+Attribute-to-input moves: Reshape's shape (input from 5), Slice's starts/ends/axes (10),
+Split's split and Squeeze/Unsqueeze's axes (13). The older forms are implemented too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from plugrt import hookimpl
+from plugrt.errors import ModelError, ShapeError
+from plugrt.ir import dims
+from plugrt.ir.dims import format_shape
+from plugrt.plugin import (
+    ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, SHAPE, VARIADIC, Attr, OpPlugin, TensorInfo, optional,
+)
+
+INT64 = np.dtype("int64")
+BOOL = np.dtype(bool)
+_INDEX_DTYPES = frozenset({np.dtype("int32"), INT64})
+_MOVES = frozenset({SHAPE})
+#: A Slice end at or past this is "to the end" for a symbolic dim.
+_TO_END = 2**31 - 1
+
+
+def _fresh(node, axis: int, tag: str = "") -> str:
+    return f"{node.name}{tag}_d{axis}"
+
+
+def _ints(array) -> list[int]:
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def _value(info):
+    """The known value of an optional shape-like input as a list of ints (None if unknown)."""
+    return None if info is None or info.value is None else _ints(info.value)
+
+
+def _axis(node, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{node.describe()}: axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _axes(node, axes, rank: int) -> list[int]:
+    out = [_axis(node, a, rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{node.describe()}: axes {list(axes)} repeat an axis")
+    return out
+
+
+def _length(op, node, info, what: str) -> int:
+    """The static element count of a 1-D shape-like input (its value may be unknown)."""
+    if info.rank > 1 or not info.is_static:
+        raise op.unsupported(node, f"a {what} input of shape {format_shape(info.shape)}",
+                             "its length must be known to infer the output's rank")
+    return int(np.prod(info.shape, dtype=np.int64))
+
+
+def _require_int(op, node, inputs, which, allowed=frozenset({INT64})):
+    op.require_dtypes(node, inputs, allowed, which)
+
+
+def _unify(dim_list):
+    """One dim standing for several that must be equal: a concrete one if any."""
+    for d in dim_list:
+        if isinstance(d, int):
+            return d
+    return dim_list[0]
+
+
+class MoveOp(OpPlugin):
+    groups = _MOVES
+
+
+# ---------------------------------------------------------------------------------- reshaping
+
+
+class Flatten(MoveOp):
+    op_type = "Flatten"
+    attributes = (Attr("axis", "int", 1),)
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        axis = node.attrs["axis"]
+        if not -x.rank <= axis <= x.rank:
+            raise ShapeError(f"{node.describe()}: axis {axis} is out of range for rank {x.rank}")
+        axis = axis + x.rank if axis < 0 else axis
+        return [TensorInfo(x.dtype, (dims.prod(x.shape[:axis]), dims.prod(x.shape[axis:])))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        axis = node.attrs["axis"]
+        axis = axis + x.ndim if axis < 0 else axis
+        return [x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))]
+
+
+def _quotient(node, numer, denom, index):
+    """prod(numer) / prod(denom) over possibly symbolic dims, cancelling common factors."""
+    numer = list(numer)
+    rest = []
+    for d in denom:
+        if d in numer and not (isinstance(d, int) and d == 0):
+            numer.remove(d)
+        else:
+            rest.append(d)
+    num_int = math.prod(d for d in numer if isinstance(d, int))
+    den_int = math.prod(d for d in rest if isinstance(d, int))
+    symbols = [d for d in numer if isinstance(d, str)]
+    if any(isinstance(d, str) for d in rest):
+        return _fresh(node, index)
+    if den_int == 0:
+        raise ShapeError(f"{node.describe()}: cannot infer the -1 dim next to a 0 dim")
+    if num_int % den_int:
+        if symbols:
+            return _fresh(node, index)
+        raise ShapeError(f"{node.describe()}: {num_int} elements do not divide into blocks of {den_int}")
+    return dims.mul(dims.prod(symbols), num_int // den_int)
+
+
+def reshape_dims(node, in_shape, target) -> tuple:
+    """Reshape's output dims for ``target`` (with 0 and -1 entries) of an input shape."""
+    allowzero = node.attrs["allowzero"]
+    out, infer_at = [], None
+    for i, t in enumerate(target):
+        if t == -1:
+            if infer_at is not None:
+                raise ShapeError(f"{node.describe()}: shape {target} has more than one -1")
+            infer_at = i
+            out.append(None)
+        elif t == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ShapeError(f"{node.describe()}: shape {target} copies dim {i} of a rank-{len(in_shape)} input")
+            out.append(in_shape[i])
+        elif t < 0:
+            raise ShapeError(f"{node.describe()}: invalid shape entry {t} in {target}")
+        else:
+            out.append(t)
+    if infer_at is not None:
+        if allowzero and 0 in target:
+            raise ShapeError(f"{node.describe()}: allowzero=1 shape {target} has both 0 and -1")
+        out[infer_at] = _quotient(node, in_shape, [d for d in out if d is not None], infer_at)
+    elif dims.is_static(in_shape) and dims.is_static(out) and math.prod(in_shape) != math.prod(out):
+        raise ShapeError(f"{node.describe()}: cannot reshape {format_shape(in_shape)} to {target}")
+    return tuple(out)
+
+
+class Reshape(MoveOp):
+    op_type = "Reshape"
+    attributes = (Attr("shape", "ints", None), Attr("consumed_inputs", "ints", None), Attr("allowzero", "int", 0))
+    inputs = (1, 2)
+
+    def check(self, node, inputs):
+        if node.opset >= 5:
+            if optional(inputs, 1) is None:
+                raise ModelError(f"{node.describe()}: the shape input is required from opset 5")
+            _require_int(self, node, inputs, [1])
+        elif node.attrs["shape"] is None:
+            raise ModelError(f"{node.describe()}: the shape attribute is required before opset 5")
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        target = node.attrs["shape"] if node.opset < 5 else _value(inputs[1])
+        if target is None:
+            rank = _length(self, node, inputs[1], "Reshape shape")
+            return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(rank)))]
+        return [TensorInfo(x.dtype, reshape_dims(node, x.shape, target))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        target = node.attrs["shape"] if node.opset < 5 else _ints(inputs[1])
+        return [x.reshape(reshape_dims(node, x.shape, target))]
+
+
+class Transpose(MoveOp):
+    op_type = "Transpose"
+    attributes = (Attr("perm", "ints", None),)
+
+    def _perm(self, node, rank):
+        perm = node.attrs["perm"]
+        if perm is None:
+            return list(range(rank))[::-1]
+        perm = [int(p) for p in perm]
+        if sorted(_axes(node, perm, rank)) != list(range(rank)) or len(perm) != rank:
+            raise ShapeError(f"{node.describe()}: perm {perm} is not a permutation of {rank} axes")
+        return [_axis(node, p, rank) for p in perm]
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        return [TensorInfo(x.dtype, tuple(x.shape[p] for p in self._perm(node, x.rank)))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        return [np.transpose(x, self._perm(node, x.ndim))]
+
+
+class Concat(MoveOp):
+    op_type = "Concat"
+    attributes = (Attr("axis", "int", None),)
+    inputs = (1, VARIADIC)
+
+    def _axis_of(self, node, rank):
+        axis = node.attrs["axis"]
+        if axis is None:
+            if node.opset >= 4:
+                raise ModelError(f"{node.describe()}: the axis attribute is required from opset 4")
+            axis = 1
+        return _axis(node, axis, rank)
+
+    def check(self, node, inputs):
+        if any(i is None for i in inputs):
+            raise ModelError(f"{node.describe()}: inputs cannot be omitted")
+        if len({i.dtype for i in inputs}) > 1:
+            raise ModelError(f"{node.describe()}: inputs must share one dtype")
+
+    def infer(self, node, inputs):
+        rank = inputs[0].rank
+        if any(i.rank != rank for i in inputs):
+            raise ShapeError(f"{node.describe()}: inputs of different ranks: "
+                             + ", ".join(format_shape(i.shape) for i in inputs))
+        axis = self._axis_of(node, rank)
+        out = []
+        for a in range(rank):
+            column = [i.shape[a] for i in inputs]
+            if a == axis:
+                total = 0
+                for d in column:
+                    total = dims.add(total, d)
+                out.append(total)
+            else:
+                known = {d for d in column if isinstance(d, int)}
+                if len(known) > 1:
+                    raise ShapeError(f"{node.describe()}: inputs differ at axis {a}: {column}")
+                out.append(_unify(column))
+        return [TensorInfo(inputs[0].dtype, tuple(out))]
+
+    def reference(self, node, inputs):
+        return [np.concatenate(inputs, axis=self._axis_of(node, inputs[0].ndim))]
+
+
+class Split(MoveOp):
+    op_type = "Split"
+    attributes = (Attr("axis", "int", 0), Attr("split", "ints", None), Attr("num_outputs", "int", None))
+    inputs = (1, 2)
+    outputs = (1, VARIADIC)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1])
+        if node.opset >= 18 and node.attrs["num_outputs"] is not None:
+            if optional(inputs, 1) is not None:
+                raise ModelError(f"{node.describe()}: give either the split input or num_outputs, not both")
+            if node.attrs["num_outputs"] != len(node.outputs):
+                raise ModelError(f"{node.describe()}: num_outputs={node.attrs['num_outputs']} "
+                                 f"but the node has {len(node.outputs)} outputs")
+
+    def _split_arg(self, node, second):
+        """The split sizes as given (list), None when absent, or ``...`` when unknown."""
+        if node.opset < 13 and node.attrs["split"] is not None:
+            return list(node.attrs["split"])
+        if second is None:
+            return None
+        return second if isinstance(second, list) else ...
+
+    def sizes(self, node, dim, split):
+        count = len(node.outputs)
+        if split is not None:
+            if len(split) != count or any(s < 0 for s in split):
+                raise ShapeError(f"{node.describe()}: split {split} does not fit {count} outputs")
+            if isinstance(dim, int) and sum(split) != dim:
+                raise ShapeError(f"{node.describe()}: split {split} does not sum to dim {dim}")
+            return list(split)
+        if not isinstance(dim, int):
+            return None
+        chunk = -(-dim // count)
+        uneven = node.opset >= 18 and node.attrs["num_outputs"] is not None
+        if dim % count and (not uneven or chunk * (count - 1) >= dim):
+            raise ShapeError(f"{node.describe()}: dim {dim} does not split into {count} outputs")
+        return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        axis = _axis(node, node.attrs["axis"], x.rank)
+        second = optional(inputs, 1)
+        known = None if second is None or second.value is None else _value(second)
+        split = self._split_arg(node, ... if second is not None and known is None else known)
+        sizes = None if split is ... else self.sizes(node, x.shape[axis], split)
+        outs = []
+        for k in range(len(node.outputs)):
+            d = sizes[k] if sizes is not None else (x.shape[axis] if len(node.outputs) == 1 else _fresh(node, axis, f"_o{k}"))
+            outs.append(TensorInfo(x.dtype, x.shape[:axis] + (d,) + x.shape[axis + 1:]))
+        return outs
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        axis = _axis(node, node.attrs["axis"], x.ndim)
+        second = optional(inputs, 1)
+        split = self._split_arg(node, None if second is None else _ints(second))
+        bounds = np.cumsum(self.sizes(node, x.shape[axis], split))[:-1]
+        return list(np.split(x, bounds, axis=axis))
+
+
+class Slice(MoveOp):
+    op_type = "Slice"
+    attributes = (Attr("starts", "ints", None), Attr("ends", "ints", None), Attr("axes", "ints", None))
+    inputs = (1, 5)
+
+    def check(self, node, inputs):
+        if node.opset >= 10:
+            if optional(inputs, 1) is None or optional(inputs, 2) is None:
+                raise ModelError(f"{node.describe()}: the starts and ends inputs are required from opset 10")
+            _require_int(self, node, inputs, [1, 2, 3, 4], _INDEX_DTYPES)
+        elif node.attrs["starts"] is None or node.attrs["ends"] is None:
+            raise ModelError(f"{node.describe()}: the starts and ends attributes are required before opset 10")
+
+    def _params(self, node, values):
+        """(starts, ends, axes, steps) lists; entries are None when unknown; axes/steps may be None."""
+        if node.opset < 10:
+            a = node.attrs
+            return a["starts"], a["ends"], a["axes"] or None, None
+        return tuple(values[i] if i < len(values) else None for i in range(4))
+
+    @staticmethod
+    def _axis_slices(node, rank, starts, ends, axes, steps):
+        if len(starts) != len(ends) or (axes is not None and len(axes) != len(starts)) or \
+                (steps is not None and len(steps) != len(starts)):
+            raise ShapeError(f"{node.describe()}: starts, ends, axes and steps differ in length")
+        axes = _axes(node, axes if axes is not None else range(len(starts)), rank)
+        steps = steps if steps is not None else [1] * len(starts)
+        if 0 in steps:
+            raise ShapeError(f"{node.describe()}: a step of 0")
+        return {a: (s, e, st) for a, s, e, st in zip(axes, starts, ends, steps)}
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        if node.opset < 10:
+            values = None
+        else:
+            values = [_value(optional(inputs, i)) for i in range(1, 5)]
+        starts, ends, axes, steps = self._params(node, values)
+        n = None
+        if node.opset >= 10:
+            n = _length(self, node, inputs[1], "Slice starts")
+            if optional(inputs, 3) is not None and axes is None:
+                return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(x.rank)))]
+            if optional(inputs, 4) is not None and steps is None:
+                steps = [None] * n
+            starts = starts if starts is not None else [None] * n
+            ends = ends if ends is not None else [None] * n
+        per_axis = self._axis_slices(node, x.rank, starts, ends, axes, steps)
+        out = list(x.shape)
+        for a, (s, e, st) in per_axis.items():
+            d = x.shape[a]
+            if None in (s, e, st):
+                out[a] = _fresh(node, a)
+            elif isinstance(d, int):
+                out[a] = len(range(*slice(s, e, st).indices(d)))
+            elif st == 1 and s >= 0 and e >= _TO_END:
+                out[a] = d if s == 0 else f"({d}-{s})"
+            else:
+                out[a] = _fresh(node, a)
+        return [TensorInfo(x.dtype, tuple(out))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        values = [None if v is None else _ints(v) for v in inputs[1:]]
+        per_axis = self._axis_slices(node, x.ndim, *self._params(node, values))
+        index = tuple(slice(*per_axis[a]) if a in per_axis else slice(None) for a in range(x.ndim))
+        return [x[index]]
+
+
+class Squeeze(MoveOp):
+    op_type = "Squeeze"
+    attributes = (Attr("axes", "ints", None),)
+    inputs = (1, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1])
+
+    def _kept(self, node, shape, axes):
+        """Indices of the dims kept; without axes, symbolic dims are assumed not to be 1."""
+        if axes is None:
+            return [i for i, d in enumerate(shape) if d != 1]
+        axes = _axes(node, axes, len(shape))
+        for a in axes:
+            if isinstance(shape[a], int) and shape[a] != 1:
+                raise ShapeError(f"{node.describe()}: cannot squeeze axis {a} of size {shape[a]}")
+        return [i for i in range(len(shape)) if i not in axes]
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        if node.opset < 13:
+            axes = node.attrs["axes"] or None
+        else:
+            second = optional(inputs, 1)
+            axes = _value(second) if second is not None else None
+            if second is not None and axes is None:
+                rank = x.rank - _length(self, node, second, "Squeeze axes")
+                return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(rank)))]
+        return [TensorInfo(x.dtype, tuple(x.shape[i] for i in self._kept(node, x.shape, axes)))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        if node.opset < 13:
+            axes = node.attrs["axes"] or None
+        else:
+            axes = None if optional(inputs, 1) is None else _ints(inputs[1])
+        return [x.reshape(tuple(x.shape[i] for i in self._kept(node, x.shape, axes)))]
+
+
+class Unsqueeze(MoveOp):
+    op_type = "Unsqueeze"
+    attributes = (Attr("axes", "ints", None),)
+    inputs = (1, 2)
+
+    def check(self, node, inputs):
+        if node.opset >= 13:
+            if optional(inputs, 1) is None:
+                raise ModelError(f"{node.describe()}: the axes input is required from opset 13")
+            _require_int(self, node, inputs, [1])
+        elif node.attrs["axes"] is None:
+            raise ModelError(f"{node.describe()}: the axes attribute is required before opset 13")
+
+    @staticmethod
+    def shape(node, shape, axes):
+        rank = len(shape) + len(axes)
+        axes = set(_axes(node, axes, rank))
+        rest = iter(shape)
+        return tuple(1 if i in axes else next(rest) for i in range(rank))
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        axes = node.attrs["axes"] if node.opset < 13 else _value(inputs[1])
+        if axes is None:
+            rank = x.rank + _length(self, node, inputs[1], "Unsqueeze axes")
+            return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(rank)))]
+        return [TensorInfo(x.dtype, self.shape(node, x.shape, axes))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        axes = node.attrs["axes"] if node.opset < 13 else _ints(inputs[1])
+        return [x.reshape(self.shape(node, x.shape, axes))]
+
+
+# ---------------------------------------------------------------------------------- selection
+
+
+def _wrap(indices: np.ndarray, dim: int) -> np.ndarray:
+    indices = indices.astype(np.int64)
+    if np.any((indices < -dim) | (indices >= dim)):
+        raise IndexError(f"indices out of range [-{dim}, {dim - 1}]")
+    return np.where(indices < 0, indices + dim, indices)
+
+
+class Gather(MoveOp):
+    op_type = "Gather"
+    attributes = (Attr("axis", "int", 0),)
+    inputs = (2, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1], _INDEX_DTYPES)
+
+    def infer(self, node, inputs):
+        x, idx = inputs
+        axis = _axis(node, node.attrs["axis"], x.rank)
+        return [TensorInfo(x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
+
+    def reference(self, node, inputs):
+        x, idx = inputs
+        axis = _axis(node, node.attrs["axis"], x.ndim)
+        return [np.take(x, _wrap(idx, x.shape[axis]), axis=axis)]
+
+
+class GatherElements(MoveOp):
+    op_type = "GatherElements"
+    since_opset = 11
+    attributes = (Attr("axis", "int", 0),)
+    inputs = (2, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1], _INDEX_DTYPES)
+        if inputs[0].rank != inputs[1].rank:
+            raise ShapeError(f"{node.describe()}: data and indices ranks differ")
+
+    def infer(self, node, inputs):
+        _axis(node, node.attrs["axis"], inputs[0].rank)
+        return [TensorInfo(inputs[0].dtype, inputs[1].shape)]
+
+    def reference(self, node, inputs):
+        x, idx = inputs
+        axis = _axis(node, node.attrs["axis"], x.ndim)
+        return [np.take_along_axis(x, _wrap(idx, x.shape[axis]), axis=axis)]
+
+
+class Expand(MoveOp):
+    op_type = "Expand"
+    since_opset = 8
+    inputs = (2, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1])
+
+    def infer(self, node, inputs):
+        x, shape = inputs
+        target = _value(shape)
+        if target is None:
+            rank = max(x.rank, _length(self, node, shape, "Expand shape"))
+            lead = rank - x.rank
+            out = tuple(x.shape[i - lead] if i >= lead and isinstance(x.shape[i - lead], int)
+                        and x.shape[i - lead] != 1 else _fresh(node, i) for i in range(rank))
+            return [TensorInfo(x.dtype, out)]
+        try:
+            return [TensorInfo(x.dtype, dims.broadcast([x.shape, tuple(target)]))]
+        except ValueError as exc:
+            raise ShapeError(f"{node.describe()}: cannot expand {format_shape(x.shape)} to {target} ({exc})") from None
+
+    def reference(self, node, inputs):
+        x, shape = inputs
+        return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape)))))]
+
+
+class Tile(MoveOp):
+    op_type = "Tile"
+    since_opset = 6
+    inputs = (2, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1])
+        if _length(self, node, inputs[1], "Tile repeats") != inputs[0].rank:
+            raise ShapeError(f"{node.describe()}: repeats must have one entry per input axis")
+
+    def infer(self, node, inputs):
+        x, repeats = inputs
+        reps = _value(repeats)
+        if reps is None:
+            return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(x.rank)))]
+        if any(r < 0 for r in reps):
+            raise ShapeError(f"{node.describe()}: negative repeats {reps}")
+        return [TensorInfo(x.dtype, tuple(dims.mul(d, r) for d, r in zip(x.shape, reps)))]
+
+    def reference(self, node, inputs):
+        return [np.tile(inputs[0], _ints(inputs[1]))]
+
+
+class Identity(MoveOp):
+    op_type = "Identity"
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        return [TensorInfo(x.dtype, x.shape, x.value)]
+
+    def reference(self, node, inputs):
+        return [inputs[0].copy()]
+
+
+class Trilu(OpPlugin):
+    op_type = "Trilu"
+    since_opset = 14
+    attributes = (Attr("upper", "int", 1),)
+    inputs = (1, 2)
+
+    def check(self, node, inputs):
+        _require_int(self, node, inputs, [1])
+        if inputs[0].rank < 2:
+            raise ShapeError(f"{node.describe()}: the input must have rank 2 or more")
+
+    def infer(self, node, inputs):
+        return [TensorInfo(inputs[0].dtype, inputs[0].shape)]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        k = 0 if optional(inputs, 1) is None else _ints(inputs[1])[0]
+        return [np.triu(x, k) if node.attrs["upper"] else np.tril(x, k)]
+
+
+# ---------------------------------------------------------------------------------- shape info
+
+
+class Shape(OpPlugin):
+    op_type = "Shape"
+    attributes = (Attr("start", "int", 0), Attr("end", "int", None))
+
+    @staticmethod
+    def _range(node, rank):
+        if node.opset < 15:
+            return 0, rank
+        start, end = node.attrs["start"], node.attrs["end"]
+        end = rank if end is None else end
+        start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
+        return start, max(start, end)
+
+    def infer(self, node, inputs):
+        start, end = self._range(node, inputs[0].rank)
+        selected = inputs[0].shape[start:end]
+        value = np.array(selected, dtype=np.int64) if dims.is_static(selected) else None
+        return [TensorInfo(INT64, (end - start,), value)]
+
+    def reference(self, node, inputs):
+        start, end = self._range(node, inputs[0].ndim)
+        return [np.array(inputs[0].shape[start:end], dtype=np.int64)]
+
+
+class Size(OpPlugin):
+    op_type = "Size"
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        value = np.array(math.prod(x.shape), dtype=np.int64) if x.is_static else None
+        return [TensorInfo(INT64, (), value)]
+
+    def reference(self, node, inputs):
+        return [np.array(inputs[0].size, dtype=np.int64)]
+
+
+# ---------------------------------------------------------------------------------- generators
+
+
+def _unsupported_dtype(op, node, array, what):
+    if array.dtype not in ALL_DTYPES:
+        raise op.unsupported(node, f"{what} of dtype {array.dtype}",
+                             "use a numeric or bool dtype (bfloat16, float8, int4 and strings are not handled)")
+
+
+class ConstantOfShape(OpPlugin):
+    op_type = "ConstantOfShape"
+    since_opset = 9
+    attributes = (Attr("value", "tensor", None),)
+    dtypes = frozenset({INT64})
+
+    def _fill(self, node):
+        value = node.attrs["value"]
+        return np.zeros(1, np.float32) if value is None else np.asarray(value)
+
+    def check(self, node, inputs):
+        fill = self._fill(node)
+        if fill.size != 1:
+            raise ModelError(f"{node.describe()}: the value attribute must hold one element, got {fill.size}")
+        _unsupported_dtype(self, node, fill, "a value attribute")
+
+    def infer(self, node, inputs):
+        shape = _value(inputs[0])
+        if shape is None:
+            shape = tuple(_fresh(node, i) for i in range(_length(self, node, inputs[0], "ConstantOfShape shape")))
+        elif any(d < 0 for d in shape):
+            raise ShapeError(f"{node.describe()}: negative dims in shape {shape}")
+        return [TensorInfo(self._fill(node).dtype, tuple(shape))]
+
+    def reference(self, node, inputs):
+        fill = self._fill(node)
+        return [np.full(tuple(_ints(inputs[0])), fill.reshape(-1)[0], dtype=fill.dtype)]
+
+
+class Constant(OpPlugin):
+    """Constant; ``sparse_value`` cannot even be declared (the core has no sparse attribute
+    kind), so import refuses it as an unknown attribute."""
+
+    op_type = "Constant"
+    attributes = (
+        Attr("value", "tensor", None), Attr("value_float", "float", None), Attr("value_floats", "floats", None),
+        Attr("value_int", "int", None), Attr("value_ints", "ints", None),
+        Attr("value_string", "string", None), Attr("value_strings", "strings", None),
+    )
+    inputs = (0, 0)
+
+    def _array(self, node):
+        a = node.attrs
+        given = [k for k, v in a.items() if v is not None]
+        if len(given) != 1:
+            raise ModelError(f"{node.describe()}: exactly one value attribute must be set, got {given or 'none'}")
+        if given[0] in ("value_string", "value_strings"):
+            raise self.unsupported(node, f"string constant ({given[0]})", "strings are not handled")
+        if a["value"] is not None:
+            array = np.asarray(a["value"])
+            _unsupported_dtype(self, node, array, "a value tensor")
+            return array
+        if a["value_float"] is not None:
+            return np.array(a["value_float"], dtype=np.float32)
+        if a["value_floats"] is not None:
+            return np.array(a["value_floats"], dtype=np.float32).reshape(-1)
+        if a["value_int"] is not None:
+            return np.array(a["value_int"], dtype=np.int64)
+        return np.array(a["value_ints"], dtype=np.int64).reshape(-1)
+
+    def check(self, node, inputs):
+        self._array(node)
+
+    def infer(self, node, inputs):
+        return [TensorInfo.of(self._array(node))]
+
+    def reference(self, node, inputs):
+        return [self._array(node).copy()]
+
+
+_RANGE_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int16", "int32", "int64")}
+_STASH = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
+
+
+class Range(OpPlugin):
+    op_type = "Range"
+    since_opset = 11
+    attributes = (Attr("stash_type", "int", 1),)
+    inputs = (3, 3)
+    dtypes = _RANGE_DTYPES
+
+    def check(self, node, inputs):
+        if len({i.dtype for i in inputs}) > 1 or any(i.rank > 1 or i.shape not in ((), (1,)) for i in inputs):
+            raise ModelError(f"{node.describe()}: start, limit and delta must be scalars of one dtype")
+        if node.opset >= 27 and node.attrs["stash_type"] not in _STASH:
+            raise self.unsupported(node, f"stash_type={node.attrs['stash_type']}", "use 1 (float) or 11 (double)")
+
+    @staticmethod
+    def _count(start, limit, delta) -> int:
+        if delta == 0:
+            raise ValueError("delta is 0")
+        if isinstance(start, int):
+            return max(-((start - limit) // delta), 0)
+        return max(math.ceil((limit - start) / delta), 0)
+
+    def _scalars(self, values):
+        return [v.reshape(-1)[0].item() for v in values]
+
+    def infer(self, node, inputs):
+        dtype = inputs[0].dtype
+        if any(i.value is None for i in inputs):
+            return [TensorInfo(dtype, (_fresh(node, 0),))]
+        return [TensorInfo(dtype, (self._count(*self._scalars([i.value for i in inputs])),))]
+
+    def reference(self, node, inputs):
+        dtype = inputs[0].dtype
+        start, limit, delta = self._scalars(inputs)
+        n = self._count(start, limit, delta)
+        if dtype.kind == "i":
+            return [(start + np.arange(n, dtype=np.int64) * delta).astype(dtype)]
+        compute = _STASH[node.attrs["stash_type"]] if node.opset >= 27 and dtype == np.float16 else np.dtype(np.float64)
+        out = np.arange(compute.type(start), float(limit), float(delta), dtype=compute)[:n]
+        return [out.astype(dtype)]
+
+
+class OneHot(OpPlugin):
+    op_type = "OneHot"
+    since_opset = 9
+    attributes = (Attr("axis", "int", -1),)
+    inputs = (3, 3)
+
+    def check(self, node, inputs):
+        self.require_dtypes(node, inputs, NUMERIC_DTYPES, [0, 1])
+        if inputs[1].shape not in ((), (1,)) or inputs[2].shape != (2,):
+            raise ModelError(f"{node.describe()}: depth must be a scalar and values a 2-element tensor")
+
+    def infer(self, node, inputs):
+        indices, depth, values = inputs
+        axis = _axis(node, node.attrs["axis"], indices.rank + 1)
+        d = _fresh(node, axis) if depth.value is None else int(depth.value.reshape(-1)[0])
+        return [TensorInfo(values.dtype, indices.shape[:axis] + (d,) + indices.shape[axis:])]
+
+    def reference(self, node, inputs):
+        indices, depth, values = inputs
+        axis = _axis(node, node.attrs["axis"], indices.ndim + 1)
+        depth = int(depth.reshape(-1)[0])
+        idx = indices.astype(np.int64)
+        if node.opset >= 11:
+            idx = np.where(idx < 0, idx + depth, idx)
+        classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+        hit = np.expand_dims(idx, axis) == classes
+        return [np.where(hit, values[1], values[0]).astype(values.dtype)]
+
+
+class Dropout(OpPlugin):
+    """Inference-mode Dropout: the output is the input, the optional mask all True (ones of
+    the input dtype before opset 10). Training mode with a nonzero ratio is refused."""
+
+    op_type = "Dropout"
+    attributes = (
+        Attr("is_test", "int", 0), Attr("consumed_inputs", "ints", None),
+        Attr("ratio", "float", 0.5), Attr("seed", "int", None),
+    )
+    inputs = (1, 3)
+    outputs = (1, 2)
+    dtypes = FLOAT_DTYPES | {BOOL}
+
+    def _training(self, node, ratio, training) -> bool:
+        """Whether this run drops anything; ratio/training are arrays, or None when absent."""
+        if node.opset < 7:
+            return not node.attrs["is_test"] and node.attrs["ratio"] != 0
+        if node.opset < 12:
+            return False
+        ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        return training is not None and bool(np.asarray(training).reshape(-1)[0]) and ratio != 0
+
+    def _refuse(self, node):
+        return self.unsupported(node, "training mode (random dropping)",
+                                "export the model for inference (training_mode=False / is_test=1)")
+
+    def check(self, node, inputs):
+        self.require_dtypes(node, inputs, FLOAT_DTYPES, [0, 1])
+        self.require_dtypes(node, inputs, {BOOL}, [2])
+        ratio, training = optional(inputs, 1), optional(inputs, 2)
+        if ratio is not None and ratio.value is None:
+            return
+        if training is not None and training.value is None:
+            return
+        if self._training(node, None if ratio is None else ratio.value,
+                          None if training is None else training.value):
+            raise self._refuse(node)
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        mask = BOOL if node.opset >= 10 else x.dtype
+        return [TensorInfo(x.dtype, x.shape), TensorInfo(mask, x.shape)]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        if self._training(node, optional(inputs, 1), optional(inputs, 2)):
+            raise self._refuse(node)
+        mask = np.ones(x.shape, dtype=BOOL if node.opset >= 10 else x.dtype)
+        return [x.copy(), mask]
+
+
+OPS = (
+    Flatten, Reshape, Transpose, Concat, Split, Slice, Squeeze, Unsqueeze, Gather, GatherElements,
+    Expand, Tile, Identity, Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot, Dropout,
+)
 
 
 @hookimpl
 def plugrt_ops():
-    return []
+    return [Op() for Op in OPS]
