@@ -1,8 +1,166 @@
-"""Placeholder: filled in by the op family work."""
+"""Matrix products: Gemm, MatMul and MatMulInteger.
+
+Float products are computed in float64 and cast back to the input dtype; integer
+products run in the integer dtype (wrapping on overflow, as a fixed-width kernel does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
 
 from plugrt import hookimpl
+from plugrt.ir import dims
+from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
+
+#: MatMul/Gemm element types (ONNX T, bfloat16 aside).
+_MATMUL_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
+_INT8_DTYPES = frozenset({np.dtype("int8"), np.dtype("uint8")})
+
+
+def _same_dim(a, b) -> bool:
+    """False only when both dims are concrete and differ."""
+    return not (isinstance(a, int) and isinstance(b, int) and a != b)
+
+
+def _product(a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
+    """``a @ b`` in float64 for floats, in the integer dtype otherwise."""
+    if np.dtype(out_dtype).kind == "f":
+        return np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return np.matmul(a, b)
+
+
+def matmul_shape(node, a: tuple, b: tuple) -> tuple:
+    """numpy.matmul's output shape, symbolic dims allowed (1-D operands included)."""
+    if not a or not b:
+        raise ValueError("MatMul operands must have rank >= 1")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if not _same_dim(a2[-1], b2[-2]):
+        raise ValueError(f"contraction dims differ: {a2[-1]} vs {b2[-2]}")
+    batch = dims.broadcast([a2[:-2], b2[:-2]])
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return tuple(out)
+
+
+class MatMul(OpPlugin):
+    """MatMul: numpy.matmul semantics (1-D operands promoted, batch dims broadcast)."""
+
+    op_type = "MatMul"
+    inputs = (2, 2)
+    groups = frozenset({ANCHOR})
+    dtypes = _MATMUL_DTYPES
+
+    def check(self, node, inputs):
+        a, b = inputs
+        if a.dtype != b.dtype:
+            raise self.unsupported(node, f"mixed input dtypes {a.dtype} and {b.dtype}", "cast to one dtype")
+
+    def infer(self, node, inputs):
+        a, b = inputs
+        return [TensorInfo(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+    def reference(self, node, inputs):
+        a, b = inputs
+        return [np.asarray(_product(a, b, a.dtype)).astype(a.dtype, copy=False)]
+
+
+class Gemm(OpPlugin):
+    """Gemm: Y = alpha * A' @ B' + beta * C, C broadcast unidirectionally to (M, N).
+
+    Opset 7 on (opset 6's ``broadcast`` attribute is not claimed); C is optional from 11.
+    """
+
+    op_type = "Gemm"
+    since_opset = 7
+    inputs = (2, 3)
+    groups = frozenset({ANCHOR})
+    dtypes = _MATMUL_DTYPES
+    attributes = (
+        Attr("alpha", "float", 1.0),
+        Attr("beta", "float", 1.0),
+        Attr("transA", "int", 0),
+        Attr("transB", "int", 0),
+    )
+
+    def check(self, node, inputs):
+        dtypes = {i.dtype for i in inputs if i is not None}
+        if len(dtypes) > 1:
+            raise self.unsupported(node, f"mixed input dtypes {sorted(map(str, dtypes))}", "cast to one dtype")
+        if node.opset < 9 and inputs[0].dtype not in FLOAT_DTYPES:
+            raise self.unsupported(node, f"integer Gemm ({inputs[0].dtype}) at opset {node.opset}", "use opset >= 9")
+
+    def infer(self, node, inputs):
+        a, b = inputs[0], inputs[1]
+        c = optional(inputs, 2)
+        if a.rank != 2 or b.rank != 2:
+            raise ValueError(f"A and B must be 2-D, got ranks {a.rank} and {b.rank}")
+        m, k = (a.shape[1], a.shape[0]) if node.attrs["transA"] else a.shape
+        k2, n = (b.shape[1], b.shape[0]) if node.attrs["transB"] else b.shape
+        if not _same_dim(k, k2):
+            raise ValueError(f"contraction dims differ: {k} vs {k2}")
+        if c is None and node.opset < 11:
+            raise ValueError(f"input C is required before opset 11 (opset {node.opset})")
+        if c is not None:
+            if c.rank > 2:
+                raise ValueError(f"C must have rank <= 2, got {c.rank}")
+            for dc, do in zip(reversed(c.shape), (n, m)):
+                if not (dc == 1 or _same_dim(dc, do)):
+                    raise ValueError(f"C of shape {list(c.shape)} does not broadcast to [{m},{n}]")
+        return [TensorInfo(a.dtype, (m, n))]
+
+    def reference(self, node, inputs):
+        a, b = inputs[0], inputs[1]
+        c = optional(inputs, 2)
+        alpha, beta = node.attrs["alpha"], node.attrs["beta"]
+        if node.attrs["transA"]:
+            a = a.T
+        if node.attrs["transB"]:
+            b = b.T
+        out = _product(a, b, a.dtype)
+        if alpha != 1.0:
+            out = out * alpha
+        if c is not None and beta != 0.0:
+            out = out + (c * beta if beta != 1.0 else c)
+        return [np.asarray(out).astype(a.dtype, copy=False)]
+
+
+class MatMulInteger(OpPlugin):
+    """MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) in int32.
+
+    Zero points are scalars or per-row (A: [M] or [..., M, 1]) / per-column (B: [N] or
+    [..., 1, N]) tensors.
+    """
+
+    op_type = "MatMulInteger"
+    since_opset = 10
+    inputs = (2, 4)
+    groups = frozenset({ANCHOR})
+    dtypes = _INT8_DTYPES
+
+    def infer(self, node, inputs):
+        a, b = inputs[0], inputs[1]
+        return [TensorInfo(np.int32, matmul_shape(node, a.shape, b.shape))]
+
+    def reference(self, node, inputs):
+        a, b = inputs[0].astype(np.int64), inputs[1].astype(np.int64)
+        a_zp, b_zp = optional(inputs, 2), optional(inputs, 3)
+        if a_zp is not None:
+            a_zp = a_zp.astype(np.int64)
+            if a_zp.ndim == 1 and a.ndim >= 2 and a_zp.size > 1:
+                a_zp = a_zp.reshape(-1, 1)  # per row of A
+            a = a - a_zp
+        if b_zp is not None:
+            b = b - b_zp.astype(np.int64)
+        return [np.matmul(a, b).astype(np.int32)]
+
+
+OPS = (MatMul, Gemm, MatMulInteger)
 
 
 @hookimpl
 def plugrt_ops():
-    return []
+    return [op() for op in OPS]
