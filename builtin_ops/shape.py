@@ -308,6 +308,18 @@ class Split(MoveOp):
         return list(np.split(x, bounds, axis=axis))
 
 
+def onnx_slice(start: int, end: int, step: int, dim: int) -> slice:
+    """The Python slice for one ONNX Slice axis. ONNX clamps differently from Python: a
+    start below the axis clamps to 0 (Python, stepping backwards, makes it empty)."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
 class Slice(MoveOp):
     op_type = "Slice"
     attributes = (Attr("starts", "ints", None), Attr("ends", "ints", None), Attr("axes", "ints", None))
@@ -362,7 +374,7 @@ class Slice(MoveOp):
             if None in (s, e, st):
                 out[a] = _fresh(node, a)
             elif isinstance(d, int):
-                out[a] = len(range(*slice(s, e, st).indices(d)))
+                out[a] = len(range(*onnx_slice(s, e, st, d).indices(d)))
             elif st == 1 and s >= 0 and e >= _TO_END:
                 out[a] = d if s == 0 else f"({d}-{s})"
             else:
@@ -373,7 +385,7 @@ class Slice(MoveOp):
         x = inputs[0]
         values = [None if v is None else _ints(v) for v in inputs[1:]]
         per_axis = self._axis_slices(node, x.ndim, *self._params(node, values))
-        index = tuple(slice(*per_axis[a]) if a in per_axis else slice(None) for a in range(x.ndim))
+        index = tuple(onnx_slice(*per_axis[a], x.shape[a]) if a in per_axis else slice(None) for a in range(x.ndim))
         return [x[index]]
 
 
@@ -497,7 +509,11 @@ class GatherElements(MoveOp):
     def reference(self, node, inputs):
         x, idx = inputs
         axis = _axis(node, node.attrs["axis"], x.ndim)
-        return [np.take_along_axis(x, _wrap(idx, x.shape[axis]), axis=axis)]
+        # Indices may be smaller than the data on every axis (no broadcasting), so index
+        # explicitly: out[i0..in] = x[i0.., idx[i0..in], ..in].
+        grid = list(np.indices(idx.shape, sparse=True))
+        grid[axis] = _wrap(idx, x.shape[axis])
+        return [x[tuple(grid)]]
 
 
 class Expand(MoveOp):
