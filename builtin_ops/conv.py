@@ -101,18 +101,21 @@ class _ConvBase(OpPlugin):
         return strides, dilations
 
 
+_CONV_ATTRIBUTES = (
+    Attr("auto_pad", "string", "NOTSET"),
+    Attr("dilations", "ints", None),
+    Attr("group", "int", 1),
+    Attr("kernel_shape", "ints", None),
+    Attr("pads", "ints", None),
+    Attr("strides", "ints", None),
+)
+
+
 class Conv(_ConvBase):
     """Y = conv(X, W) + B, with X (N, C, D1..Dn), W (M, C/group, k1..kn), B (M)."""
 
     op_type = "Conv"
-    attributes = (
-        Attr("auto_pad", "string", "NOTSET"),
-        Attr("dilations", "ints", None),
-        Attr("group", "int", 1),
-        Attr("kernel_shape", "ints", None),
-        Attr("pads", "ints", None),
-        Attr("strides", "ints", None),
-    )
+    attributes = _CONV_ATTRIBUTES
 
     def _out_channels(self, node, w):
         return w.shape[0]
@@ -200,16 +203,7 @@ class ConvTranspose(_ConvBase):
 
     op_type = "ConvTranspose"
     transposed = True
-    attributes = (
-        Attr("auto_pad", "string", "NOTSET"),
-        Attr("dilations", "ints", None),
-        Attr("group", "int", 1),
-        Attr("kernel_shape", "ints", None),
-        Attr("output_padding", "ints", None),
-        Attr("output_shape", "ints", None),
-        Attr("pads", "ints", None),
-        Attr("strides", "ints", None),
-    )
+    attributes = _CONV_ATTRIBUTES + (Attr("output_padding", "ints", None), Attr("output_shape", "ints", None))
 
     def _out_channels(self, node, w):
         return dims.mul(w.shape[1], node.attrs["group"])

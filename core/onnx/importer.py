@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from plugrt.errors import ModelError, PlugrtError, UnsupportedError
-from plugrt.ir.graph import Graph, Node
+from plugrt.ir.graph import Graph, Node, Value
 from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.plugin import REQUIRED, OpPlugin, TensorInfo
@@ -86,9 +86,10 @@ def import_model(source: Any, registry=None, infer: bool = True) -> Graph:
     return graph
 
 
-def _build_graph(model: onnx.ModelProto, registry) -> Graph:
+def _graph_inputs(model: onnx.ModelProto) -> Graph:
+    """A graph holding the model's opsets, initializers and inputs, no nodes yet."""
     opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
-    if "" not in opsets and not model.opset_import:
+    if not opsets:
         raise ModelError("the model imports no opset (opset_import is empty)")
     proto = model.graph
     graph = Graph(proto.name or "graph", opsets)
@@ -100,6 +101,12 @@ def _build_graph(model: onnx.ModelProto, registry) -> Graph:
         if vi.name in graph.values:
             continue  # an initializer listed as input (IR < 4): a constant
         graph.add_input(vi.name, _value_info(vi, "graph input"))
+    return graph
+
+
+def _build_graph(model: onnx.ModelProto, registry) -> Graph:
+    graph = _graph_inputs(model)
+    opsets, proto = graph.opsets, model.graph
     nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
     _report_unsupported(nodes, registry)
     defined = set(graph.values)
@@ -237,14 +244,8 @@ def support_report(source: Any, registry=None) -> list[dict]:
     from plugrt.ir.infer import infer_node
 
     model = load_model(source)
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
-    proto = model.graph
-    graph = Graph(proto.name or "graph", opsets)
-    for init in proto.initializer:
-        graph.add_const(init.name, _tensor_to_array(init, f"initializer {init.name!r}"))
-    for vi in proto.input:
-        if vi.name not in graph.values:
-            graph.add_input(vi.name, _value_info(vi, "graph input"))
+    graph = _graph_inputs(model)
+    opsets, proto = graph.opsets, model.graph
     report = []
     for index, proto_node in enumerate(proto.node):
         node = _node(proto_node, index, opsets)
@@ -254,7 +255,7 @@ def support_report(source: Any, registry=None) -> list[dict]:
         report.append(entry)
         for name in node.outputs:
             if name and name not in graph.values:
-                graph.values[name] = graph.values.get(name) or _empty_value(name)
+                graph.values[name] = Value(name)
         if op is None:
             entry.update(status="unsupported", reason="no installed plugin provides this op at this opset")
             continue
@@ -272,8 +273,3 @@ def support_report(source: Any, registry=None) -> list[dict]:
                 entry.update(status="unsupported", reason=str(exc))
     return report
 
-
-def _empty_value(name: str):
-    from plugrt.ir.graph import Value
-
-    return Value(name)
