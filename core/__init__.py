@@ -2,6 +2,10 @@
 
 import pluggy
 
+from plugrt.device import select_backend
+
+select_backend()  # before any plugin imports numba.cuda
+
 __version__ = "0.1.0"
 
 #: The plugin API version this core implements. Plugins may state the range they support.

@@ -182,12 +182,26 @@ class OpPlugin:
 
     # ----------------------------------------------------------------- engine
 
-    def tactics(self, node: "Node", inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]) -> list:
-        """Return the CUDA implementations that can run this node, best first."""
-        return []
+    def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo]) -> list:
+        """Return the CUDA implementations (:class:`plugrt.tactic.Tactic`) of this node, best first.
 
-    def pointwise(self, node: "Node"):
-        """Return a scalar device function for pointwise fusion, or ``None``."""
+        Shapes are concrete here; inputs known at build time carry their ``value``. The
+        default wraps :meth:`pointwise` in the toolkit's broadcasting elementwise kernel.
+        """
+        fn = self.pointwise(node, inputs)
+        if fn is None or len(outputs) != 1:
+            return []
+        from plugrt.kernels import pointwise_tactic
+
+        return [pointwise_tactic(fn, inputs, outputs[0])]
+
+    def pointwise(self, node: "Node", inputs: Sequence[TensorInfo | None]):
+        """Return a scalar ``@jit(device=True)`` function of this op, or ``None``.
+
+        It takes one scalar per present input (float16 arrives as float32) and returns
+        the output scalar. The core builds elementwise kernels, and later fused chains
+        and epilogues, from it.
+        """
         return None
 
     def serialize(self, node: "Node") -> Mapping[str, Any]:

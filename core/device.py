@@ -1,0 +1,73 @@
+"""Which CUDA backend plugrt runs on: a real GPU, or Numba's CUDA simulator.
+
+The choice must be made before anything imports ``numba.cuda``, because the simulator is
+switched on by the environment variable ``NUMBA_ENABLE_CUDASIM`` read at that import.
+:func:`select_backend` runs when ``plugrt`` is imported (plugins import ``plugrt`` before
+they import ``numba.cuda``): it probes the CUDA driver through ``ctypes`` and, when no
+GPU answers, turns the simulator on. A value the user set for ``NUMBA_ENABLE_CUDASIM``
+is always respected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_SIM_VARIABLE = "NUMBA_ENABLE_CUDASIM"
+_announced = False
+
+
+def gpu_present() -> bool:
+    """True when the CUDA driver loads and reports at least one device."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        try:
+            if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+                return False
+        except AttributeError:
+            return False
+        return count.value > 0
+    return False
+
+
+def select_backend() -> None:
+    """Turn Numba's CUDA simulator on when there is no GPU (unless the user chose)."""
+    if _SIM_VARIABLE in os.environ:
+        return
+    if "numba.cuda" in sys.modules:
+        return  # too late to choose; whatever numba.cuda decided stands
+    if not gpu_present():
+        os.environ[_SIM_VARIABLE] = "1"
+
+
+def simulated() -> bool:
+    """True when kernels run in Numba's CUDA simulator."""
+    from numba.cuda import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def announce_once(stream=None) -> None:
+    """Print once per process that kernels run in the simulator (the CLI calls this)."""
+    global _announced
+    if _announced or not simulated():
+        return
+    _announced = True
+    print("plugrt: no GPU found; kernels run in Numba's CUDA simulator (slow, for testing)",
+          file=stream or sys.stderr)
+
+
+def describe() -> dict:
+    """The device an engine is built on, as recorded in plan files."""
+    if simulated():
+        return {"name": "Numba CUDA simulator", "compute_capability": None, "simulator": True}
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+    return {"name": name, "compute_capability": list(device.compute_capability), "simulator": False}

@@ -1,0 +1,155 @@
+"""The kernel toolkit op plugins build their CUDA tactics with.
+
+Built-in and third-party plugins import the same things from here: ``cuda`` (Numba's,
+after plugrt chose GPU or simulator), :func:`jit` (``cuda.jit`` minus the options the
+simulator refuses), launch-geometry helpers, and :func:`pointwise_tactic`, the generator
+that turns a plugin's scalar device function into a broadcasting elementwise kernel.
+The toolkit holds index arithmetic only; the math is always the plugin's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from numba import cuda
+
+from plugrt.device import simulated
+from plugrt.tactic import Launch, Tactic
+
+#: ``cuda.jit`` options the simulator raises on; :func:`jit` drops them there.
+_GPU_ONLY_OPTIONS = ("lineinfo", "max_registers", "lto", "launch_bounds", "forceinline", "fastmath")
+
+#: Threads per block for 1-D grid-stride kernels on a GPU.
+BLOCK = 256
+#: Blocks cap for grid-stride kernels (132 SMs x 16 resident blocks of 256 threads).
+MAX_BLOCKS = 132 * 16
+#: The simulator runs each thread as a Python thread (~125 us each): few threads, long loops.
+SIM_THREADS = 8
+
+
+def jit(fn=None, **options):
+    """``cuda.jit`` that drops GPU-only options under the simulator.
+
+    Usable bare (``@jit``) or with options (``@jit(device=True)``).
+    """
+    if simulated():
+        options = {k: v for k, v in options.items() if k not in _GPU_ONLY_OPTIONS}
+    if fn is None:
+        return cuda.jit(**options)
+    return cuda.jit(**options)(fn)
+
+
+def grid_1d(n: int, block: int = BLOCK) -> tuple[int, int]:
+    """``(blocks, threads)`` for a grid-stride loop over ``n`` items (never zero)."""
+    n = max(int(n), 1)
+    if simulated():
+        threads = min(n, SIM_THREADS)
+        return 1, threads
+    threads = min(block, max(32, -(-n // 32) * 32))
+    return min(-(-n // threads), MAX_BLOCKS), threads
+
+
+def rows_grid(rows: int, block: int = BLOCK) -> tuple[int, int]:
+    """``(blocks, threads)`` for one block per row (reductions, softmax, norms).
+
+    Kernels written for it must loop over rows with a stride of ``cuda.gridDim.x`` and
+    over the row with a stride of ``cuda.blockDim.x``, so any grid is correct.
+    """
+    rows = max(int(rows), 1)
+    if simulated():
+        return 1, min(SIM_THREADS, block)
+    return min(rows, 65535), block
+
+
+def flat(array):
+    """A 1-D view of a C-contiguous device array (a 0-d array becomes one element)."""
+    return array.reshape(int(np.prod(array.shape, dtype=np.int64)))
+
+
+def to_device(array: np.ndarray):
+    """Copy a small host table (shapes, strides, index maps) to the device."""
+    return cuda.to_device(np.ascontiguousarray(array))
+
+
+def c_strides(shape: Sequence[int]) -> np.ndarray:
+    """Element strides of a C-contiguous array of ``shape`` (int64)."""
+    strides = np.ones(len(shape), dtype=np.int64)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return strides
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> np.ndarray:
+    """Element strides that read an array of ``shape`` broadcast to ``out_shape``
+    (0 along broadcast axes; ``shape`` is right-aligned as in NumPy)."""
+    rank = len(out_shape)
+    own = c_strides(shape)
+    strides = np.zeros(rank, dtype=np.int64)
+    for k, size in enumerate(shape):
+        axis = rank - len(shape) + k
+        strides[axis] = own[k] if size != 1 else 0
+    return strides
+
+
+# --------------------------------------------------------------------------- pointwise
+
+
+def _is_half(dtype) -> bool:
+    return np.dtype(dtype) == np.float16
+
+
+@functools.lru_cache(maxsize=None)
+def _pointwise_kernel(fn: Callable, arity: int, widen: tuple[bool, ...], same_shape: bool):
+    """Generate ``out[i] = fn(x0[...], x1[...], ...)`` as a grid-stride kernel.
+
+    ``widen[k]`` loads input k as float32 (float16 storage). ``same_shape`` drops the
+    index arithmetic when every input has the output's shape.
+    """
+    args = ", ".join(f"x{k}, s{k}" for k in range(arity))
+    loads = ", ".join(("float32(x{k}[o{k}])" if widen[k] else "x{k}[o{k}]").format(k=k) for k in range(arity))
+    lines = [f"def kernel(out, n, oshape, ndim{', ' if arity else ''}{args}):",
+             "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):"]
+    if same_shape:
+        lines += [f"        o{k} = i" for k in range(arity)]
+    else:
+        lines += ["        r = i"]
+        lines += [f"        o{k} = 0" for k in range(arity)]
+        lines += ["        for d in range(ndim - 1, -1, -1):",
+                  "            c = r % oshape[d]",
+                  "            r //= oshape[d]"]
+        lines += [f"            o{k} += c * s{k}[d]" for k in range(arity)]
+    lines += [f"        out[i] = fn({loads})"]
+    namespace = {"cuda": cuda, "fn": fn, "float32": np.float32}
+    exec(compile("\n".join(lines) + "\n", f"<plugrt pointwise/{arity}>", "exec"), namespace)
+    return jit(namespace["kernel"])
+
+
+def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> Tactic:
+    """A tactic that computes ``output = fn(*inputs)`` elementwise with broadcasting.
+
+    :param fn: a ``@jit(device=True)`` scalar function taking one argument per present
+        input (omitted optional inputs, ``None`` in ``inputs``, are skipped). float16
+        inputs arrive widened to float32; the result is cast to the output's dtype.
+    :param inputs: the node's input ``TensorInfo`` (concrete shapes), ``None`` for omitted.
+    :param output: the output ``TensorInfo``.
+    """
+    present = [k for k, info in enumerate(inputs) if info is not None]
+    out_shape = tuple(int(d) for d in output.shape)
+    same_shape = all(tuple(inputs[k].shape) == out_shape for k in present)
+    widen = tuple(_is_half(inputs[k].dtype) for k in present)
+    kernel = _pointwise_kernel(fn, len(present), widen, same_shape)
+
+    def launches(ins, outs, workspace):
+        out = flat(outs[0])
+        n = int(out.shape[0])
+        oshape = to_device(np.asarray(out_shape or (1,), dtype=np.int64))
+        args: list = [out, np.int64(n), oshape, np.int64(len(out_shape))]
+        for k in present:
+            strides = broadcast_strides(inputs[k].shape, out_shape) if out_shape else np.zeros(1, np.int64)
+            args += [flat(ins[k]), to_device(strides if strides.size else np.zeros(1, np.int64))]
+        blocks, threads = grid_1d(n)
+        return [Launch(kernel, blocks, threads, tuple(args))]
+
+    return Tactic(name, launches, {"same_shape": same_shape})

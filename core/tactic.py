@@ -1,0 +1,62 @@
+"""Tactics: an op plugin's CUDA implementations, as data the engine chooses, records and launches.
+
+An op plugin's ``tactics(node, inputs, outputs)`` returns :class:`Tactic` objects, best
+first, for one node at **concrete** shapes (every dim an int; inputs whose values are known
+at build time, such as weights and shape tensors, carry them in ``TensorInfo.value``).
+
+A tactic is a name, JSON-safe parameters, a workspace size and a ``launches`` function.
+The engine calls ``launches(inputs, outputs, workspace)`` once per input-shape
+specialization, with device arrays (C-contiguous, of the concrete shapes; ``None`` for an
+omitted optional input; ``workspace`` a uint8 device array of ``workspace_bytes`` or
+``None``) and keeps the returned :class:`Launch` list, which it replays on every
+``execute``. So a launch list must depend on shapes and known values only, never on the
+contents of the input tensors; any auxiliary device arrays it needs (index tables, packed
+shapes) are made in ``launches`` and stay alive as arguments of the launches.
+
+The plan file records ``name`` and ``params``; loading asks the plugin for its tactics
+again and takes the one with the same name and parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: a ``@cuda.jit`` kernel, its grid and block, and its arguments.
+
+    ``args`` holds device arrays and NumPy scalars (``np.int64(n)``, ``np.float32(a)``:
+    the scalar's type is the kernel parameter's type; plain Python ints become int64 and
+    floats float64).
+    """
+
+    kernel: Any
+    grid: int | tuple
+    block: int | tuple
+    args: tuple
+    shared_bytes: int = 0
+
+
+LaunchFn = Callable[[Sequence[Any], Sequence[Any], Any], Sequence[Launch]]
+
+
+@dataclass
+class Tactic:
+    """One way to run a node on the GPU.
+
+    :param name: unique among the tactics of one op plugin (``"direct"``, ``"tiled64x64"``).
+    :param launches: ``(inputs, outputs, workspace) -> [Launch, ...]`` (see module doc).
+    :param params: JSON-safe parameters (tile sizes, algorithm), recorded in plan files.
+    :param workspace_bytes: scratch device memory the launches need.
+    """
+
+    name: str
+    launches: LaunchFn
+    params: Mapping[str, Any] = field(default_factory=dict)
+    workspace_bytes: int = 0
+
+    def identity(self) -> dict:
+        """What a plan records to find this tactic again."""
+        return {"name": self.name, "params": dict(self.params)}
