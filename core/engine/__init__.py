@@ -1,1 +1,7 @@
-"""The engine: memory planning, the plan file container, and (next) builder and runtime."""
+"""The GPU engine: builder, plan files, execution contexts."""
+
+from plugrt.engine.builder import Builder
+from plugrt.engine.engine import Engine
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile
+
+__all__ = ["Builder", "BuilderConfig", "Engine", "OptimizationProfile"]

@@ -1,0 +1,158 @@
+"""The builder: an ONNX model or IR graph plus a config becomes an :class:`Engine`.
+
+Steps: import, resolve the optimization profile, infer concrete shapes at the profile's
+opt and max shapes, choose a tactic for every device layer at opt shapes (the plugin's
+preference order; timing comes with the tactic tuner), and plan activation memory for
+the max shapes by liveness.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from plugrt.engine.engine import Engine, LayerRecord
+from plugrt.engine.memory import plan_memory
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile
+from plugrt.engine.specialize import concretize, is_host_node
+from plugrt.errors import PlugrtError, UnsupportedError
+from plugrt.ir.dims import format_shape, is_static
+from plugrt.ir.graph import Graph
+
+log = logging.getLogger("plugrt.builder")
+
+
+class Builder:
+    """Builds engines with the plugins of ``registry`` (the installed ones by default)."""
+
+    def __init__(self, registry=None):
+        if registry is None:
+            from plugrt.registry import default_registry
+
+            registry = default_registry()
+        self.registry = registry
+
+    def create_builder_config(self) -> BuilderConfig:
+        return BuilderConfig()
+
+    def create_optimization_profile(self) -> OptimizationProfile:
+        return OptimizationProfile()
+
+    def build_engine(self, model, config: BuilderConfig | None = None) -> Engine:
+        """Build an engine from an ONNX model (path, bytes, ModelProto) or a :class:`Graph`."""
+        from plugrt.onnx.importer import import_model
+
+        config = config or BuilderConfig()
+        graph = model if isinstance(model, Graph) else import_model(model, registry=self.registry)
+        profile = resolve_profile(graph, config)
+        max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry)
+        opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry)
+        layers = self._choose_tactics(max_graph, opt_graph)
+        memory = _plan(max_graph, layers)
+        workspace = max((layer.workspace_bytes for layer in layers), default=0)
+        if workspace > config.max_workspace_bytes:
+            raise PlugrtError(f"the engine needs {workspace} bytes of workspace, more than the config's "
+                              f"max_workspace_bytes {config.max_workspace_bytes}; raise the limit")
+        log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
+                 len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
+        return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
+                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)})
+
+    def _choose_tactics(self, max_graph: Graph, opt_graph: Graph) -> list[LayerRecord]:
+        layers, problems = [], []
+        for index, node in enumerate(max_graph.nodes):
+            if is_host_node(max_graph, node):
+                continue
+            op = self.registry.op(node)
+            pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[index]) else max_graph
+            try:
+                candidates = _tactics(op, node, pick)
+                at_max = _tactics(op, node, max_graph) if pick is not max_graph else candidates
+            except PlugrtError as exc:
+                problems.append(str(exc))
+                continue
+            if not candidates:
+                problems.append(f"{node.describe()}: plugin {type(op).__name__} offers no CUDA tactic for "
+                                f"inputs {_describe(pick, node)}")
+                continue
+            chosen = candidates[0]
+            same = [t for t in at_max if t.name == chosen.name] or at_max
+            workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
+            owner = self.registry.owner(op)
+            layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
+                                      owner.version, op.version))
+        if problems:
+            raise UnsupportedError("cannot build an engine; " + str(len(problems)) + " node(s) have no GPU "
+                                   "implementation:\n  " + "\n  ".join(problems))
+        return layers
+
+
+def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
+    """The config's profile with static inputs filled in; every dynamic input must be in it."""
+    given = config.profiles[0] if config.profiles else OptimizationProfile()
+    profile = OptimizationProfile()
+    for name in graph.inputs:
+        info = graph.info(name)
+        entry = given.get_shape(name)
+        if entry is None:
+            if not is_static(info.shape):
+                raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
+                                  f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
+                                  f"--max-shapes {name}:...)")
+            profile.set_shape(name, info.shape, info.shape, info.shape)
+            continue
+        for which, shape in zip(("min", "opt", "max"), entry):
+            if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
+                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
+                                  f"model's shape {format_shape(info.shape)}")
+        profile.set_shape(name, *entry)
+    unknown = sorted(set(given.shapes) - set(graph.inputs))
+    if unknown:
+        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
+                          f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
+    return profile
+
+
+def _tactics(op, node, graph: Graph) -> list:
+    ins = [graph.info(name) if name else None for name in node.inputs]
+    outs = [graph.info(name) for name in node.outputs if name]
+    return list(op.tactics(node, ins, outs))
+
+
+def _describe(graph: Graph, node) -> str:
+    return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
+
+
+def _plan(graph: Graph, layers: list[LayerRecord]):
+    """Arena offsets for graph inputs and device-layer outputs, by liveness."""
+    position = {layer.node_index: i + 1 for i, layer in enumerate(layers)}
+    end = len(layers) + 1
+    sizes, lifetimes = {}, {}
+
+    def nbytes(name):
+        info = graph.info(name)
+        return int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+
+    for name in graph.inputs:
+        sizes[name], lifetimes[name] = nbytes(name), [0, 0]
+    for layer in layers:
+        for name in graph.nodes[layer.node_index].outputs:
+            if name:
+                sizes[name] = nbytes(name)
+                lifetimes[name] = [position[layer.node_index]] * 2
+    for index, node in enumerate(graph.nodes):
+        if index not in position:
+            continue
+        for name in node.inputs:
+            if name in lifetimes:
+                lifetimes[name][1] = max(lifetimes[name][1], position[index])
+    for name in graph.outputs:
+        if name in lifetimes:
+            lifetimes[name][1] = end
+    return plan_memory(sizes, {k: tuple(v) for k, v in lifetimes.items()})
+
+
+def _shapes(graph: Graph) -> dict[str, list[int]]:
+    return {name: list(value.info.shape) for name, value in graph.values.items()
+            if value.info is not None and value.const is None}

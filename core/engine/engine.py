@@ -1,0 +1,202 @@
+"""The engine: a built network ready to run, and its plan-file form.
+
+An :class:`Engine` holds the graph, the profile, one :class:`LayerRecord` per device
+layer (which plugin and tactic runs it), the activation memory plan and the weights.
+``serialize``/``save`` write a plan file (JSON header, raw arrays, checksum; no pickle);
+``Engine.deserialize``/``Engine.load`` read one and check that every plugin it needs is
+installed at the recorded version. Weights go to the GPU once, when the first execution
+context is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from plugrt import __version__
+from plugrt.device import describe as describe_device
+from plugrt.engine.graph_io import graph_from_json, graph_to_json
+from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_plan
+from plugrt.engine.profile import OptimizationProfile
+from plugrt.errors import PlanError
+from plugrt.ir.dims import format_shape
+from plugrt.ir.infer import infer_graph
+
+ENGINE_FORMAT = "plugrt-engine/1"
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One device layer: the graph node it runs and the plugin tactic that runs it."""
+
+    node_index: int
+    tactic: dict
+    workspace_bytes: int
+    plugin: str
+    distribution: str | None
+    distribution_version: str | None
+    op_version: str
+
+
+class Engine:
+    """A built engine. Make one with :class:`plugrt.engine.Builder` or :meth:`load`."""
+
+    def __init__(self, graph, profile: OptimizationProfile, layers: list[LayerRecord], offsets: dict[str, int],
+                 arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None):
+        self.graph = graph
+        self.profile = profile
+        self.layers = layers
+        self.offsets = offsets
+        self.arena_bytes = arena_bytes
+        self.workspace_bytes = workspace_bytes
+        self.registry = registry
+        self.shapes = shapes or {}
+        self.device = device or describe_device()
+        self._weights = None
+
+    # ------------------------------------------------------------------ bindings
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.graph.initializers().values())
+
+    def device_weights(self) -> dict:
+        """The initializers on the GPU, uploaded once and shared by every context."""
+        if self._weights is None:
+            from numba import cuda
+
+            self._weights = {name: cuda.to_device(np.ascontiguousarray(array))
+                             for name, array in self.graph.initializers().items() if array.size}
+        return self._weights
+
+    def create_execution_context(self, stream=None):
+        from plugrt.engine.context import ExecutionContext
+
+        return ExecutionContext(self, stream)
+
+    # ------------------------------------------------------------------ plan files
+
+    def serialize(self) -> bytes:
+        header, arrays = self._plan_content()
+        return encode_plan(header, arrays)
+
+    def save(self, path: str) -> None:
+        """Write the plan file atomically."""
+        header, arrays = self._plan_content()
+        write_plan(path, header, arrays)
+
+    def _plan_content(self):
+        graph_header, arrays = graph_to_json(self.graph)
+        header = {
+            "format": ENGINE_FORMAT,
+            "plugrt_version": __version__,
+            "device": self.device,
+            "graph": graph_header,
+            "profiles": [self.profile.as_json()],
+            "layers": [asdict(layer) for layer in self.layers],
+            "memory": {"offsets": self.offsets, "arena_bytes": self.arena_bytes,
+                       "workspace_bytes": self.workspace_bytes},
+            "shapes": self.shapes,
+        }
+        return header, arrays
+
+    @classmethod
+    def deserialize(cls, data: bytes, registry=None, label: str = "<bytes>") -> "Engine":
+        header, arrays = decode_plan(data, label)
+        return cls._from_plan(header, arrays, registry, label)
+
+    @classmethod
+    def load(cls, path: str, registry=None) -> "Engine":
+        header, arrays = read_plan(path)
+        return cls._from_plan(header, arrays, registry, repr(path))
+
+    @classmethod
+    def _from_plan(cls, header: dict, arrays: dict, registry, label: str) -> "Engine":
+        if registry is None:
+            from plugrt.registry import default_registry
+
+            registry = default_registry()
+        if header.get("format") != ENGINE_FORMAT:
+            raise PlanError(f"plan {label} has engine format {header.get('format')!r}; this plugrt reads "
+                            f"{ENGINE_FORMAT!r}: rebuild the plan with plugrt {__version__}")
+        try:
+            layers = [LayerRecord(**entry) for entry in header["layers"]]
+            memory = header["memory"]
+            profile = OptimizationProfile.from_json(header["profiles"][0])
+        except (KeyError, TypeError, IndexError) as exc:
+            raise PlanError(f"plan {label}: malformed header ({type(exc).__name__}: {exc}); rebuild it") from None
+        graph = graph_from_json(header["graph"], arrays, label)
+        _check_plugins(graph, layers, registry, label)
+        infer_graph(graph, registry)
+        return cls(graph, profile, layers, {k: int(v) for k, v in memory["offsets"].items()},
+                   int(memory["arena_bytes"]), int(memory["workspace_bytes"]), registry,
+                   header.get("shapes"), header.get("device"))
+
+    # ------------------------------------------------------------------ inspection
+
+    def inspect(self) -> dict:
+        """Layers (plugin, tactic, shapes, precision) and memory, JSON-safe."""
+        layers = []
+        opt = self.shapes.get("opt", {})
+        for layer in self.layers:
+            node = self.graph.nodes[layer.node_index]
+            outs = [n for n in node.outputs if n]
+            layers.append({
+                "name": node.name, "op": node.qualified_op, "plugin": layer.plugin,
+                "distribution": layer.distribution, "tactic": layer.tactic["name"], "params": layer.tactic["params"],
+                "inputs": {n: format_shape(opt.get(n, self._shape(n))) for n in node.inputs if n},
+                "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
+                "precision": str(self.graph.info(outs[0]).dtype) if outs else "",
+                "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
+            })
+        device_nodes = {layer.node_index for layer in self.layers}
+        host = [self.graph.nodes[i].name for i in range(len(self.graph.nodes)) if i not in device_nodes]
+        return {
+            "device": self.device,
+            "inputs": {n: {"dtype": str(self.graph.info(n).dtype), "shape": format_shape(self.graph.info(n).shape)}
+                       for n in self.graph.inputs},
+            "outputs": {n: {"dtype": str(self.graph.info(n).dtype), "shape": format_shape(self.graph.info(n).shape)}
+                        for n in self.graph.outputs},
+            "profile": self.profile.as_json(),
+            "layers": layers,
+            "host_nodes": host,
+            "memory": {"weights_bytes": self.weight_bytes, "arena_bytes": self.arena_bytes,
+                       "workspace_bytes": self.workspace_bytes},
+        }
+
+    def _shape(self, name: str):
+        info = self.graph.info(name)
+        return info.shape if info is not None else None
+
+
+def _check_plugins(graph, layers: list[LayerRecord], registry, label: str) -> None:
+    """Every layer's plugin must be installed at the version the plan was built with."""
+    problems = []
+    for layer in layers:
+        if not 0 <= layer.node_index < len(graph.nodes):
+            raise PlanError(f"plan {label}: layer refers to node {layer.node_index}, which does not exist; rebuild it")
+        node = graph.nodes[layer.node_index]
+        dist = layer.distribution or "(no distribution)"
+        wanted = f"{dist}=={layer.distribution_version}" if layer.distribution_version else dist
+        op = registry.find_op(node.domain, node.op_type, node.opset)
+        if op is None:
+            problems.append(f"{node.describe()} needs plugin {layer.plugin!r} from distribution {dist} "
+                            f"version {layer.distribution_version}, which is not installed: pip install {wanted}")
+            continue
+        owner = registry.owner(op)
+        if owner.distribution != layer.distribution or owner.version != layer.distribution_version \
+                or op.version != layer.op_version:
+            problems.append(f"{node.describe()} was built with {dist} {layer.distribution_version} (op version "
+                            f"{layer.op_version}), but {owner.distribution or '(no distribution)'} {owner.version} "
+                            f"(op version {op.version}) is installed: pip install {wanted}, or rebuild the plan")
+    if problems:
+        raise PlanError(f"plan {label} cannot be loaded:\n  " + "\n  ".join(problems))

@@ -1,0 +1,126 @@
+"""Prebuilt kernel launches: compile once, pack the arguments once, launch in ~5 us.
+
+Numba's dispatcher spends 20-40 us of host time per launch marshalling arguments
+(``research/NUMBA_CUDA.md`` section 1). At specialization time the engine turns every
+:class:`~plugrt.tactic.Launch` into a :class:`PreparedLaunch`: the kernel is compiled for
+the arguments' types, the CUDA function handle fetched, and the arguments flattened the
+way Numba's ABI lays them out (an array becomes ``meminfo, parent, nitems, itemsize,
+data, *shape, *strides``) into a ``void*[]`` that ``cuLaunchKernel`` reads. In the
+simulator a prepared launch simply calls the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import numpy as np
+
+from plugrt.device import simulated
+from plugrt.tactic import Launch
+
+log = logging.getLogger("plugrt.engine")
+
+_CTYPES_BY_NAME = {
+    "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float, "float64": ctypes.c_double, "bool": ctypes.c_bool,
+}
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    if isinstance(value, (tuple, list)):
+        dims = [int(v) for v in value] + [1, 1]
+        return dims[0], dims[1], dims[2]
+    return int(value), 1, 1
+
+
+class PreparedLaunch:
+    """One launch, ready to replay on a stream."""
+
+    def __init__(self, launch: Launch):
+        self.launch = launch
+        self.grid = _dim3(launch.grid)
+        self.block = _dim3(launch.block)
+        self._raw = None
+        if not simulated():
+            try:
+                self._raw = _RawLaunch(launch, self.grid, self.block)
+            except Exception as exc:  # an unusual argument type: the dispatcher still works
+                log.warning("kernel %s: raw launch unavailable (%s); using Numba's dispatcher",
+                            getattr(launch.kernel, "__name__", launch.kernel), exc)
+
+    def __call__(self, stream) -> None:
+        if self._raw is not None:
+            self._raw(stream)
+            return
+        launch = self.launch
+        launch.kernel[self.grid, self.block, stream, launch.shared_bytes](*launch.args)
+
+    @property
+    def raw(self) -> bool:
+        return self._raw is not None
+
+
+class _RawLaunch:
+    """``cuLaunchKernel`` with a parameter buffer packed once."""
+
+    def __init__(self, launch: Launch, grid, block):
+        from cuda.bindings import driver as drv
+        from numba import types
+
+        kernel = launch.kernel
+        argtypes = tuple(kernel.typeof_pyval(a) for a in launch.args)
+        compiled = kernel.compile(argtypes)
+        cufunc = compiled._codelibrary.get_cufunc()
+        err, function = drv.cuKernelGetFunction(cufunc.handle)
+        _check(err, "cuKernelGetFunction")
+        if launch.shared_bytes > 48 * 1024:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(drv.cuFuncSetAttribute(function, attr, int(launch.shared_bytes))[0], "cuFuncSetAttribute")
+        values: list = []
+        for ty, arg in zip(compiled.argument_types, launch.args):
+            if isinstance(ty, types.Array):
+                cai = arg.__cuda_array_interface__
+                values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(int(arg.size)),
+                           ctypes.c_int64(int(arg.dtype.itemsize)), ctypes.c_void_p(cai["data"][0] or 0)]
+                values += [ctypes.c_int64(int(s)) for s in arg.shape]
+                strides = arg.strides if arg.strides else tuple(int(s) for s in np.empty(0).strides)
+                values += [ctypes.c_int64(int(s)) for s in strides]
+            elif str(ty) in _CTYPES_BY_NAME:
+                values.append(_CTYPES_BY_NAME[str(ty)](arg.item() if hasattr(arg, "item") else arg))
+            elif str(ty) == "float16":
+                values.append(ctypes.c_uint16(int(np.float16(arg).view(np.uint16))))
+            else:
+                raise TypeError(f"argument type {ty} is not supported by raw launches")
+        self._keep = (launch, values)
+        self._params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        self._params_address = ctypes.addressof(self._params)
+        self._function = function
+        self._grid, self._block, self._shared = grid, block, int(launch.shared_bytes)
+        self._drv = drv
+
+    def __call__(self, stream) -> None:
+        handle = _stream_handle(stream)
+        gx, gy, gz = self._grid
+        bx, by, bz = self._block
+        err, = self._drv.cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, self._shared, handle,
+                                        self._params_address, 0)
+        if err != self._drv.CUresult.CUDA_SUCCESS:
+            _check(err, "cuLaunchKernel")
+
+
+def _stream_handle(stream) -> int:
+    if stream is None or stream == 0:
+        return 0
+    handle = getattr(stream, "handle", stream)
+    return int(getattr(handle, "value", handle) or 0)
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import driver as drv
+
+    if err != drv.CUresult.CUDA_SUCCESS:
+        from plugrt.errors import PlugrtError
+
+        raise PlugrtError(f"{what} failed: {err}")

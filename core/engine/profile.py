@@ -1,0 +1,65 @@
+"""Optimization profiles and builder configuration, shaped like TensorRT's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plugrt.errors import BindingError, PlugrtError
+
+
+@dataclass
+class OptimizationProfile:
+    """The range of shapes each dynamic input takes: min, opt (tactics are chosen and
+    timed here) and max (memory is planned for it)."""
+
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+
+    def set_shape(self, name: str, min, opt, max) -> "OptimizationProfile":
+        triple = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
+        low, mid, high = triple
+        if not len(low) == len(mid) == len(high):
+            raise PlugrtError(f"profile for input {name!r}: min, opt and max must have the same rank")
+        for axis, (a, b, c) in enumerate(zip(low, mid, high)):
+            if not 0 <= a <= b <= c:
+                raise PlugrtError(f"profile for input {name!r}: dim {axis} needs 0 <= min <= opt <= max, got {a}, {b}, {c}")
+        self.shapes[name] = triple
+        return self
+
+    def get_shape(self, name: str):
+        return self.shapes.get(name)
+
+    def check(self, name: str, shape: tuple[int, ...]) -> None:
+        """Raise :class:`BindingError` unless ``shape`` lies within the profile."""
+        low, _, high = self.shapes[name]
+        if len(shape) != len(low):
+            raise BindingError(f"input binding {name!r}: expected rank {len(low)}, got shape {list(shape)}")
+        for axis, (a, size, c) in enumerate(zip(low, shape, high)):
+            if not a <= size <= c:
+                raise BindingError(
+                    f"input binding {name!r}: dim {axis} is {size}, outside the engine's profile range "
+                    f"[{a}, {c}] (profile min {list(low)}, max {list(high)}); rebuild with a wider profile"
+                )
+
+    def as_json(self) -> dict:
+        return {name: {"min": list(a), "opt": list(b), "max": list(c)} for name, (a, b, c) in self.shapes.items()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OptimizationProfile":
+        profile = cls()
+        for name, entry in data.items():
+            profile.set_shape(name, entry["min"], entry["opt"], entry["max"])
+        return profile
+
+
+@dataclass
+class BuilderConfig:
+    """What the builder may do: profiles (one for now) and a workspace limit."""
+
+    profiles: list[OptimizationProfile] = field(default_factory=list)
+    max_workspace_bytes: int = 1 << 30
+
+    def add_optimization_profile(self, profile: OptimizationProfile) -> int:
+        if self.profiles:
+            raise PlugrtError("this plugrt supports one optimization profile per engine")
+        self.profiles.append(profile)
+        return len(self.profiles) - 1

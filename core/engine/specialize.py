@@ -1,0 +1,32 @@
+"""Concrete shapes for a graph with symbolic dims: re-run inference at given input shapes.
+
+Shape computations (Shape, Gather on shapes, Concat, arithmetic) resolve to known values
+through inference's value propagation, which is how the engine computes them on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from plugrt.ir.graph import Graph
+from plugrt.ir.infer import infer_graph
+from plugrt.plugin import TensorInfo
+
+
+def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry) -> Graph:
+    """A copy of ``graph`` with every value's shape inferred for these input shapes."""
+    concrete = graph.copy()
+    for name in concrete.inputs:
+        info = concrete.values[name].info
+        concrete.values[name].info = TensorInfo(info.dtype, tuple(int(d) for d in shapes[name]))
+    for node in concrete.nodes:
+        for out in node.outputs:
+            if out:
+                concrete.values[out].info = None
+    infer_graph(concrete, registry)
+    return concrete
+
+
+def is_host_node(graph: Graph, node) -> bool:
+    """True when inference already knows every output's value (computed on the host)."""
+    return all(graph.info(name).value is not None for name in node.outputs if name)
