@@ -16,6 +16,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from plugrt import hookimpl
 from plugrt.ir.dims import derive
 from plugrt.plugin import FLOAT_DTYPES, REDUCTION, REQUIRED, Attr, OpPlugin, TensorInfo
+from plugrt_builtin_ops import pooling_kernels
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -95,6 +96,19 @@ class PoolOp(OpPlugin):
         x = inputs[0]
         return [TensorInfo(x.dtype, (*x.shape[:2], *self.out_spatial(node, x.shape)))]
 
+    def geometry(self, node, x: TensorInfo, y: TensorInfo, storage_order: int = 0) -> np.ndarray:
+        """The window geometry table the CUDA kernels read (pads after auto_pad/ceil_mode)."""
+        kernel, strides, dilations, pbs, pes = self.params(node, x.rank)
+        a = node.attrs
+        begins, ends = [], []
+        for i, size in enumerate(x.shape[2:]):
+            _, pb, pe = _geometry(int(size), kernel[i], strides[i], dilations[i], pbs[i], pes[i],
+                                  a["auto_pad"], bool(a["ceil_mode"]))
+            begins.append(pb)
+            ends.append(pe)
+        return pooling_kernels.window_geometry(x.shape, y.shape, kernel, strides, dilations, begins, ends,
+                                               storage_order)
+
     def windows(self, node, x: np.ndarray, fill):
         """The windows of ``x``, shape ``[N, C, *out, *kernel]``, padding set to ``fill``,
         and the per-window-tap masks ``(real, countable)`` of shape ``[*out, *kernel]``."""
@@ -155,6 +169,11 @@ class MaxPool(PoolOp):
         (y,) = super().infer(node, inputs)
         return [y, TensorInfo(np.int64, y.shape)]
 
+    def tactics(self, node, inputs, outputs):
+        table = self.geometry(node, inputs[0], outputs[0], node.attrs["storage_order"])
+        return [pooling_kernels.window_pool_tactic("max", inputs[0], outputs[0], table,
+                                                   with_index=len(outputs) > 1)]
+
     def reference(self, node, inputs):
         x = inputs[0]
         n = x.ndim - 2
@@ -195,6 +214,11 @@ class AveragePool(PoolOp):
     op_type = "AveragePool"
     attributes = PoolOp.attributes + (Attr("count_include_pad", "int", 0),)
 
+    def tactics(self, node, inputs, outputs):
+        table = self.geometry(node, inputs[0], outputs[0])
+        return [pooling_kernels.window_pool_tactic("avg", inputs[0], outputs[0], table,
+                                                   include_pad=int(node.attrs["count_include_pad"] != 0))]
+
     def reference(self, node, inputs):
         x = inputs[0]
         n = x.ndim - 2
@@ -213,6 +237,10 @@ class LpPool(PoolOp):
     op_type = "LpPool"
     since_opset = 2
     attributes = PoolOp.attributes + (Attr("p", "int", 2),)
+
+    def tactics(self, node, inputs, outputs):
+        table = self.geometry(node, inputs[0], outputs[0])
+        return [pooling_kernels.window_pool_tactic("lp", inputs[0], outputs[0], table, p=node.attrs["p"])]
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -237,6 +265,12 @@ class GlobalPool(OpPlugin):
         x = inputs[0]
         return [TensorInfo(x.dtype, (*x.shape[:2], *([1] * (x.rank - 2))))]
 
+    #: the global kernel's reduction: "avg", "max" or "lp"
+    kind = ""
+
+    def tactics(self, node, inputs, outputs):
+        return [pooling_kernels.global_pool_tactic(self.kind, inputs[0], p=node.attrs.get("p", 2))]
+
     def reference(self, node, inputs):
         x = inputs[0]
         axes = tuple(range(2, x.ndim))
@@ -245,6 +279,7 @@ class GlobalPool(OpPlugin):
 
 class GlobalAveragePool(GlobalPool):
     op_type = "GlobalAveragePool"
+    kind = "avg"
 
     def compute(self, node, x, axes):
         return np.mean(x.astype(np.float64), axis=axes, keepdims=True)
@@ -252,6 +287,7 @@ class GlobalAveragePool(GlobalPool):
 
 class GlobalMaxPool(GlobalPool):
     op_type = "GlobalMaxPool"
+    kind = "max"
 
     def compute(self, node, x, axes):
         return np.max(x, axis=axes, keepdims=True)
@@ -259,6 +295,7 @@ class GlobalMaxPool(GlobalPool):
 
 class GlobalLpPool(GlobalPool):
     op_type = "GlobalLpPool"
+    kind = "lp"
     since_opset = 2
     attributes = (Attr("p", "int", 2),)
 

@@ -1,0 +1,300 @@
+"""CUDA tactics of the pooling ops: windowed pools (one thread per output element) and
+global pools (one block per (n, c) row with a shared-memory tree reduction).
+
+Window geometry travels as one small ``int64[ROWS, spatial]`` device table (see
+:func:`window_geometry`), so one compiled kernel serves every shape, kernel size,
+stride, dilation and padding. float16 is loaded as float32 and computed in float32;
+float64 computes in float64; MaxPool's int8/uint8 compare in their own type.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import float32, float64
+
+from plugrt.kernels import BLOCK, cuda, flat, grid_1d, jit, rows_grid, to_device
+from plugrt.tactic import Launch, Tactic
+
+# Rows of the geometry table, one column per spatial dim.
+IN_SIZE, OUT_SIZE, KERNEL, STRIDE, DILATION, PAD_BEGIN, PAD_END, IN_STRIDE, INDEX_STRIDE = range(9)
+ROWS = 9
+
+
+@jit(device=True)
+def _load_f32(a, i):
+    return float32(a[i])
+
+
+@jit(device=True)
+def _load_same(a, i):
+    return a[i]
+
+
+def compute_type(dtype):
+    """``(numba type, numpy type, load function)`` a kernel computes ``dtype`` in."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return float32, np.float32, _load_f32
+    if dtype == np.float32:
+        return float32, np.float32, _load_same
+    if dtype == np.float64:
+        return float64, np.float64, _load_same
+    return None, dtype.type, _load_same  # integers (MaxPool): compare in their own type
+
+
+def window_geometry(shape, out_shape, kernel, strides, dilations, pads_begin, pads_end,
+                    storage_order=0) -> np.ndarray:
+    """The ``int64[ROWS, n]`` table of one pooled node: per spatial dim the input and
+    output sizes, kernel, stride, dilation, effective begin/end pads (auto_pad and
+    ceil_mode already applied), the input's element strides and the Indices strides."""
+    n = len(shape) - 2
+    table = np.zeros((ROWS, n), np.int64)
+    spatial = [int(d) for d in shape[2:]]
+    c_order = np.ones(n, np.int64)
+    f_order = np.ones(n, np.int64)
+    for d in range(n - 2, -1, -1):
+        c_order[d] = c_order[d + 1] * spatial[d + 1]
+    for d in range(1, n):
+        f_order[d] = f_order[d - 1] * spatial[d - 1]
+    table[IN_SIZE] = spatial
+    table[OUT_SIZE] = [int(d) for d in out_shape[2:]]
+    table[KERNEL] = kernel
+    table[STRIDE] = strides
+    table[DILATION] = dilations
+    table[PAD_BEGIN] = pads_begin
+    table[PAD_END] = pads_end
+    table[IN_STRIDE] = c_order
+    table[INDEX_STRIDE] = f_order if storage_order == 1 else c_order
+    return table
+
+
+@jit(device=True)
+def _tap(geo, i, t, nsp):
+    """Input offset (within one plane) of window tap ``t`` of output element ``i``, or -1
+    when the tap falls outside the input (on padding)."""
+    off = 0
+    inside = True
+    for d in range(nsp - 1, -1, -1):
+        o = i % geo[OUT_SIZE, d]
+        i //= geo[OUT_SIZE, d]
+        k = t % geo[KERNEL, d]
+        t //= geo[KERNEL, d]
+        pos = o * geo[STRIDE, d] - geo[PAD_BEGIN, d] + k * geo[DILATION, d]
+        if pos < 0 or pos >= geo[IN_SIZE, d]:
+            inside = False
+        off += pos * geo[IN_STRIDE, d]
+    if inside:
+        return off
+    return -1
+
+
+@jit(device=True)
+def _tap_index(geo, i, t, nsp):
+    """The Indices value (within one plane) of tap ``t``: its position clipped into the
+    input, flattened row- or column-major as the geometry's INDEX_STRIDE row says."""
+    index = 0
+    for d in range(nsp - 1, -1, -1):
+        o = i % geo[OUT_SIZE, d]
+        i //= geo[OUT_SIZE, d]
+        k = t % geo[KERNEL, d]
+        t //= geo[KERNEL, d]
+        pos = o * geo[STRIDE, d] - geo[PAD_BEGIN, d] + k * geo[DILATION, d]
+        pos = min(max(pos, 0), geo[IN_SIZE, d] - 1)
+        index += pos * geo[INDEX_STRIDE, d]
+    return index
+
+
+@jit(device=True)
+def _count(geo, i, nsp, include_pad):
+    """How many taps of output element ``i``'s window an average divides by."""
+    total = 1
+    for d in range(nsp - 1, -1, -1):
+        o = i % geo[OUT_SIZE, d]
+        i //= geo[OUT_SIZE, d]
+        lo = 0
+        hi = geo[IN_SIZE, d]
+        if include_pad != 0:
+            lo = -geo[PAD_BEGIN, d]
+            hi = geo[IN_SIZE, d] + geo[PAD_END, d]
+        c = 0
+        for k in range(geo[KERNEL, d]):
+            pos = o * geo[STRIDE, d] - geo[PAD_BEGIN, d] + k * geo[DILATION, d]
+            if pos >= lo and pos < hi:
+                c += 1
+        total *= c
+    return total
+
+
+@functools.lru_cache(maxsize=None)
+def max_pool_kernel(dtype: str):
+    """``y[i] = max(window)`` and, when ``want_index``, the first maximum's flat index."""
+    _, _, load = compute_type(dtype)
+
+    @jit
+    def kernel(y, index, x, n, out_plane, in_plane, taps, nsp, geo, low, want_index):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            nc = i // out_plane
+            o = i - nc * out_plane
+            base = nc * in_plane
+            best = low
+            best_tap = 0
+            for t in range(taps):
+                off = _tap(geo, o, t, nsp)
+                v = low
+                if off >= 0:
+                    v = load(x, base + off)
+                # np.argmax: the first maximum, the first NaN wins over everything
+                if t == 0 or v > best or (v != v and best == best):
+                    best = v
+                    best_tap = t
+            y[i] = best
+            if want_index != 0:
+                index[i] = base + _tap_index(geo, o, best_tap, nsp)
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def sum_pool_kernel(dtype: str, lp: bool):
+    """AveragePool (``lp`` False: sum / count) or LpPool (``(sum |x|^p)^(1/p)``)."""
+    ctype, npt, load = compute_type(dtype)
+    zero = npt(0)
+    nan = npt(np.nan)
+
+    @jit
+    def kernel(y, x, n, out_plane, in_plane, taps, nsp, geo, include_pad, p, inv_p):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            nc = i // out_plane
+            o = i - nc * out_plane
+            base = nc * in_plane
+            acc = zero
+            for t in range(taps):
+                off = _tap(geo, o, t, nsp)
+                if off >= 0:
+                    v = load(x, base + off)
+                    if lp:
+                        acc += math.pow(abs(v), p)
+                    else:
+                        acc += v
+            if lp:
+                y[i] = math.pow(acc, inv_p)
+            else:
+                count = _count(geo, o, nsp, include_pad)
+                if count == 0:
+                    y[i] = nan
+                else:
+                    y[i] = acc / ctype(count)
+
+    return kernel
+
+
+def window_pool_tactic(kind: str, x_info, y_info, table: np.ndarray, *, with_index=False,
+                       include_pad=0, p=2) -> Tactic:
+    """The direct tactic of MaxPool (``kind`` "max"), AveragePool ("avg") or LpPool ("lp")."""
+    dtype = np.dtype(x_info.dtype)
+    x_shape = tuple(int(d) for d in x_info.shape)
+    y_shape = tuple(int(d) for d in y_info.shape)
+    nsp = len(x_shape) - 2
+    in_plane = int(np.prod(x_shape[2:], dtype=np.int64))
+    out_plane = int(np.prod(y_shape[2:], dtype=np.int64))
+    taps = int(np.prod(table[KERNEL], dtype=np.int64))
+    n = int(np.prod(y_shape, dtype=np.int64))
+    _, npt, _ = compute_type(dtype)
+
+    def launches(inputs, outputs, workspace):
+        geo = to_device(table)
+        blocks, threads = grid_1d(n)
+        common = (np.int64(n), np.int64(max(out_plane, 1)), np.int64(in_plane), np.int64(taps), np.int64(nsp), geo)
+        y, x = flat(outputs[0]), flat(inputs[0])
+        if kind == "max":
+            low = npt(-np.inf) if dtype.kind == "f" else npt(np.iinfo(dtype).min)
+            index = flat(outputs[1]) if with_index else to_device(np.zeros(1, np.int64))
+            kernel = max_pool_kernel(dtype.str)
+            args = (y, index, x) + common + (low, np.int64(with_index))
+        else:
+            kernel = sum_pool_kernel(dtype.str, kind == "lp")
+            args = (y, x) + common + (np.int64(include_pad), npt(p), npt(1.0 / p) if kind == "lp" else npt(1))
+        return [Launch(kernel, blocks, threads, args)]
+
+    return Tactic("direct", launches, {"kind": kind})
+
+
+# ------------------------------------------------------------------------ global pools
+
+
+@functools.lru_cache(maxsize=None)
+def global_pool_kernel(dtype: str, kind: str):
+    """One block per (n, c) row: each thread folds a strided part of the row, then a
+    shared-memory tree combines the block's partials (any block size up to BLOCK)."""
+    ctype, npt, load = compute_type(dtype)
+    init = npt(-np.inf) if kind == "max" else npt(0)
+    nan = npt(np.nan)
+    is_max = kind == "max"
+    is_lp = kind == "lp"
+
+    @jit(device=True)
+    def combine(a, b):
+        if is_max:
+            if b > a or b != b:
+                return b
+            return a
+        return a + b
+
+    @jit
+    def kernel(y, x, rows, plane, p, inv_p):
+        partial = cuda.shared.array(BLOCK, ctype)
+        tid = cuda.threadIdx.x
+        width = cuda.blockDim.x
+        for row in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+            acc = init
+            base = row * plane
+            for j in range(tid, plane, width):
+                v = load(x, base + j)
+                if is_lp:
+                    v = math.pow(abs(v), p)
+                acc = combine(acc, v)
+            partial[tid] = acc
+            cuda.syncthreads()
+            half = 1
+            while half < width:
+                half *= 2
+            half //= 2
+            while half > 0:
+                if tid < half and tid + half < width:
+                    partial[tid] = combine(partial[tid], partial[tid + half])
+                cuda.syncthreads()
+                half //= 2
+            if tid == 0:
+                total = partial[0]
+                if is_lp:
+                    y[row] = math.pow(total, inv_p)
+                elif is_max:
+                    y[row] = total
+                elif plane == 0:
+                    y[row] = nan
+                else:
+                    y[row] = total / ctype(plane)
+            cuda.syncthreads()
+
+    return kernel
+
+
+def global_pool_tactic(kind: str, x_info, p=2) -> Tactic:
+    """The block-per-row tactic of GlobalAveragePool ("avg"), GlobalMaxPool ("max") and
+    GlobalLpPool ("lp")."""
+    dtype = np.dtype(x_info.dtype)
+    shape = tuple(int(d) for d in x_info.shape)
+    rows = shape[0] * shape[1]
+    plane = int(np.prod(shape[2:], dtype=np.int64))
+    _, npt, _ = compute_type(dtype)
+
+    def launches(inputs, outputs, workspace):
+        kernel = global_pool_kernel(dtype.str, kind)
+        blocks, threads = rows_grid(rows, BLOCK)
+        args = (flat(outputs[0]), flat(inputs[0]), np.int64(rows), np.int64(plane), npt(p), npt(1.0 / p))
+        return [Launch(kernel, blocks, threads, args)]
+
+    return Tactic("block_per_row", launches, {"kind": kind})
