@@ -45,6 +45,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("model", help="an .onnx file")
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(handler=cmd_check)
+
+    build = commands.add_parser("build", help="build an engine from an ONNX model and save it as a plan file")
+    build.add_argument("model", help="an .onnx file")
+    build.add_argument("-o", "--output", required=True, help="the plan file to write")
+    for which in ("min", "opt", "max"):
+        build.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
+                           help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224")
+    build.set_defaults(handler=cmd_build)
+
+    run = commands.add_parser("run", help="run a plan file")
+    run.add_argument("plan", help="a .plan file")
+    run.add_argument("--inputs", help="an .npz file of inputs (default: random inputs at the opt shapes)")
+    run.add_argument("--save", help="write the outputs to this .npz file")
+    run.add_argument("--compare-onnxruntime", metavar="MODEL", help="compare with onnxruntime on this model")
+    run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --compare-onnxruntime")
+    run.set_defaults(handler=cmd_run)
+
+    inspect = commands.add_parser("inspect", help="show a plan's layers, tactics and memory")
+    inspect.add_argument("plan", help="a .plan file")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.set_defaults(handler=cmd_inspect)
     return parser
 
 
@@ -91,6 +112,158 @@ def cmd_check(args) -> int:
             print(line)
         print(f"{len(report) - len(bad)} of {len(report)} nodes supported")
     return EXIT_UNSUPPORTED if bad else 0
+
+
+
+# ---------------------------------------------------------------------------- engines
+
+
+def parse_shapes(text: str, flag: str) -> dict[str, tuple[int, ...]]:
+    """``"a:1x3x224x224,b:4"`` -> ``{"a": (1, 3, 224, 224), "b": (4,)}``."""
+    shapes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, dims = item.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            raise PlugrtError(f"{flag}: {item!r} is not NAME:DxDx... (e.g. input:1x3x224x224)") from None
+    return shapes
+
+
+def cmd_build(args) -> int:
+    from plugrt.device import announce_once
+    from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+
+    announce_once()
+    shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
+    config = BuilderConfig()
+    names = set().union(*shapes.values())
+    if names:
+        profile = OptimizationProfile()
+        for name in sorted(names):
+            given = [shapes[w].get(name) for w in ("min", "opt", "max")]
+            known = [g for g in given if g is not None]
+            low, opt, high = (g if g is not None else (known[-1] if i == 2 else known[0]) for i, g in enumerate(given))
+            profile.set_shape(name, low, opt, high)
+        config.add_optimization_profile(profile)
+    engine = Builder().build_engine(args.model, config)
+    engine.save(args.output)
+    report = engine.inspect()
+    print(f"built {args.output}: {len(report['layers'])} layers, {len(report['host_nodes'])} host nodes; "
+          f"weights {report['memory']['weights_bytes']} B, arena {report['memory']['arena_bytes']} B, "
+          f"workspace {report['memory']['workspace_bytes']} B")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from plugrt.device import announce_once
+    from plugrt.engine import Engine
+
+    announce_once()
+    engine = Engine.load(args.plan)
+    if args.inputs:
+        feeds = _load_npz(args.inputs)
+    else:
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for name in engine.input_names:
+            info = engine.graph.info(name)
+            shape = engine.profile.shapes[name][1]
+            if name in engine.profile.shape_values:
+                feeds[name] = np.asarray(engine.profile.shape_values[name], info.dtype).reshape(shape)
+            elif info.dtype.kind == "f":
+                feeds[name] = rng.standard_normal(shape).astype(info.dtype)
+            elif info.dtype.kind == "b":
+                feeds[name] = rng.random(shape) < 0.5
+            else:
+                feeds[name] = rng.integers(0, 4, shape).astype(info.dtype)
+    outputs = engine.create_execution_context().execute(feeds)
+    for name, value in outputs.items():
+        print(f"{name}: {value.dtype}{list(value.shape)}")
+    if args.save:
+        _save_npz(args.save, outputs)
+    if args.compare_onnxruntime:
+        return _compare_onnxruntime(args.compare_onnxruntime, feeds, outputs, args.rtol)
+    return 0
+
+
+def _load_npz(path: str) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:
+        raise PlugrtError(f"--inputs {path!r} is not a readable .npz file: {exc}") from None
+
+
+def _save_npz(path: str, arrays: dict) -> None:
+    import os
+    import tempfile
+
+    import numpy as np
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".plugrt-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _compare_onnxruntime(model: str, feeds: dict, outputs: dict, rtol: float) -> int:
+    import numpy as np
+
+    try:
+        import onnxruntime
+    except ImportError:
+        raise PlugrtError("--compare-onnxruntime needs onnxruntime: pip install onnxruntime") from None
+    try:
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise PlugrtError(f"onnxruntime cannot load {model!r}: {exc}") from None
+    names = [o.name for o in session.get_outputs()]
+    expected = dict(zip(names, session.run(None, feeds)))
+    worst = 0.0
+    for name, want in expected.items():
+        got = outputs[name].astype(np.float64)
+        err = float(np.max(np.abs(got - want), initial=0.0) / (np.max(np.abs(want), initial=0.0) + 1e-12))
+        worst = max(worst, err)
+        print(f"{name}: max relative error vs onnxruntime {err:.2e}")
+    ok = worst <= rtol
+    print("match" if ok else f"MISMATCH (tolerance {rtol:g})")
+    return 0 if ok else 1
+
+
+def cmd_inspect(args) -> int:
+    from plugrt.engine import Engine
+
+    report = Engine.load(args.plan).inspect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    memory = report["memory"]
+    print(f"device built on: {report['device'].get('name')}")
+    for name, entry in report["inputs"].items():
+        print(f"input  {name}: {entry['dtype']}{entry['shape']}  profile {report['profile'].get(name)}")
+    for name, entry in report["outputs"].items():
+        print(f"output {name}: {entry['dtype']}{entry['shape']}")
+    print(f"{len(report['layers'])} layers ({len(report['host_nodes'])} nodes computed on the host):")
+    for layer in report["layers"]:
+        outs = ", ".join(f"{n}{s}" for n, s in layer["outputs"].items())
+        print(f"  {layer['name']:30s} {layer['op']:22s} {layer['tactic']:18s} {layer['precision']:8s} -> {outs}"
+              f"  [{layer['plugin']} ({layer['distribution']})]")
+    print(f"memory: weights {memory['weights_bytes']} B, arena {memory['arena_bytes']} B, "
+          f"workspace {memory['workspace_bytes']} B")
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import conformance
 from plugrt.registry import default_registry
 
 CONFORMANCE_OUTCOMES: dict[str, tuple[str, str]] = {}
+CONFORMANCE_CUDA_OUTCOMES: dict[str, tuple[str, str]] = {}
 
 
 @pytest.fixture(scope="session")
@@ -29,18 +30,23 @@ def rng(request):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not CONFORMANCE_OUTCOMES:
+    if not CONFORMANCE_OUTCOMES and not CONFORMANCE_CUDA_OUTCOMES:
         return
     claimed = sorted({f"{d}::{t}" if d else t for d, t in {op.key for op in default_registry().ops()}})
-    report = conformance.summarize(CONFORMANCE_OUTCOMES, claimed)
-    path = os.path.join(str(terminalreporter.config.rootpath), "conformance-report.json")
-    conformance.write_report(path, report)
-    c = report["counts"]
     terminalreporter.write_sep("-", "ONNX node conformance")
-    terminalreporter.write_line(
-        f"claimed ops: {len(claimed)}; cases: {sum(c.values())}; passed {c['passed']}, "
-        f"declared-unsupported {c['declared-unsupported']}, failed {c['failed']} (details: {path})"
-    )
+    for device, outcomes, filename in (("CPU", CONFORMANCE_OUTCOMES, "conformance-report.json"),
+                                       ("CUDA", CONFORMANCE_CUDA_OUTCOMES, "conformance-report-cuda.json")):
+        if not outcomes:
+            continue
+        report = conformance.summarize(outcomes, claimed)
+        path = os.path.join(str(terminalreporter.config.rootpath), filename)
+        conformance.write_report(path, report)
+        c = report["counts"]
+        terminalreporter.write_line(
+            f"{device}: claimed ops: {len(claimed)}; cases: {sum(c.values())}; passed {c['passed']}, "
+            f"declared-unsupported {c['declared-unsupported']}, failed {c['failed']}, "
+            f"too big for the simulator {c[conformance.SKIPPED]} (details: {path})"
+        )
 
 
 def skip_unless_ops(model) -> None:

@@ -1,4 +1,6 @@
-"""ONNX's backend node test cases, for every op type plugrt claims, through the CPU backend.
+"""ONNX's backend node test cases, for every op type plugrt claims, through the CPU backend
+(the plugins' references) and the CUDA backend (engines of the plugins' tactics; in the
+simulator only cases small enough to simulate quickly).
 
 A claimed op whose case fails fails the suite; a case a plugin declares unsupported is
 skipped and counted as declared-unsupported, never as passed.
@@ -7,7 +9,7 @@ skipped and counted as declared-unsupported, never as passed.
 import pytest
 
 import conformance
-from conftest import CONFORMANCE_OUTCOMES
+from conftest import CONFORMANCE_CUDA_OUTCOMES, CONFORMANCE_OUTCOMES
 from plugrt.registry import default_registry
 
 CASES = conformance.node_cases(default_registry())
@@ -18,6 +20,20 @@ CASES = conformance.node_cases(default_registry())
 def test_node_case_cpu(case):
     outcome, detail = conformance.run_case(case, "CPU")
     CONFORMANCE_OUTCOMES[case.name] = (outcome, detail)
+    if outcome == conformance.UNSUPPORTED:
+        pytest.skip(f"declared unsupported: {detail}")
+    assert outcome == conformance.PASSED, detail
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case_cuda(case):
+    too_big = conformance.simulator_too_big(case)
+    if too_big:
+        CONFORMANCE_CUDA_OUTCOMES[case.name] = (conformance.SKIPPED, too_big)
+        pytest.skip(too_big)
+    outcome, detail = conformance.run_case(case, "CUDA")
+    CONFORMANCE_CUDA_OUTCOMES[case.name] = (outcome, detail)
     if outcome == conformance.UNSUPPORTED:
         pytest.skip(f"declared unsupported: {detail}")
     assert outcome == conformance.PASSED, detail

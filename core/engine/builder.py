@@ -46,8 +46,9 @@ class Builder:
         config = config or BuilderConfig()
         graph = model if isinstance(model, Graph) else import_model(model, registry=self.registry)
         profile = resolve_profile(graph, config)
-        max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry)
-        opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry)
+        values = profile.shape_values
+        max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
+        opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
         layers = self._choose_tactics(max_graph, opt_graph)
         memory = _plan(max_graph, layers)
         workspace = max((layer.workspace_bytes for layer in layers), default=0)
@@ -107,6 +108,12 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
                 raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
                                   f"model's shape {format_shape(info.shape)}")
         profile.set_shape(name, *entry)
+        if name in given.shape_values:
+            values = given.shape_values[name]
+            if info.dtype.kind not in "iu" or len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
+                raise PlugrtError(f"shape-tensor input {name!r} must be an integer tensor of one fixed shape "
+                                  f"holding {len(values)} values")
+            profile.set_shape_values(name, values)
     unknown = sorted(set(given.shapes) - set(graph.inputs))
     if unknown:
         raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "

@@ -36,7 +36,7 @@ class ExecutionContext:
         self._specs: dict[tuple, Specialization] = {}
         self.current: Specialization | None = None
         opt = {name: entry[1] for name, entry in engine.profile.shapes.items()}
-        self.current = self._specialization(opt)
+        self.current = self._specialization(opt, engine.profile.shape_values)
 
     # ------------------------------------------------------------------ running
 
@@ -56,7 +56,8 @@ class ExecutionContext:
 
         stream = self._stream(stream)
         feeds = self._bind(feeds)
-        spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds})
+        values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
+        spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
         for name, view in spec.input_views.items():
             source = feeds[name]
             if view.size:
@@ -111,11 +112,12 @@ class ExecutionContext:
 
     # ------------------------------------------------------------------ specializations
 
-    def _specialization(self, shapes: Mapping[str, tuple]) -> "Specialization":
+    def _specialization(self, shapes: Mapping[str, tuple], values: Mapping[str, object]) -> "Specialization":
         key = tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
+        key += tuple((name, tuple(int(v) for v in np.asarray(values[name]).reshape(-1))) for name in sorted(values))
         spec = self._specs.get(key)
         if spec is None:
-            spec = Specialization(self, dict(shapes))
+            spec = Specialization(self, dict(shapes), values)
             self._specs[key] = spec
         self.current = spec
         return spec
@@ -124,11 +126,11 @@ class ExecutionContext:
 class Specialization:
     """The engine bound to one set of input shapes: tensor views and prebuilt launches."""
 
-    def __init__(self, context: ExecutionContext, shapes: dict):
+    def __init__(self, context: ExecutionContext, shapes: dict, values: Mapping[str, object]):
         from numba import cuda
 
         engine = context.engine
-        self.graph = graph = concretize(engine.graph, shapes, engine.registry)
+        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values)
         self._uploads: dict = {}
         self._own: dict = {}
         self.input_views = {name: self._view(context, name) for name in graph.inputs}
@@ -208,6 +210,11 @@ class Specialization:
                 self._own[name] = cuda.device_array(shape, info.dtype)
             return self._own[name]
         return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+
+
+def _host(value) -> np.ndarray:
+    """A shape-tensor input's values on the host."""
+    return value if isinstance(value, np.ndarray) else value.copy_to_host()
 
 
 def _find_tactic(op, node, graph, identity: dict):

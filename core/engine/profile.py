@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from plugrt.errors import BindingError, PlugrtError
 
 
@@ -13,6 +15,14 @@ class OptimizationProfile:
     timed here) and max (memory is planned for it)."""
 
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: Shape-tensor inputs: their values are read on the host at run time (TensorRT's
+    #: shape tensors); the value given here is the one the engine is built and planned for.
+    shape_values: dict[str, list] = field(default_factory=dict)
+
+    def set_shape_values(self, name: str, values) -> "OptimizationProfile":
+        """Mark ``name`` as a shape-tensor input, built for ``values``."""
+        self.shape_values[name] = [int(v) for v in np.asarray(values).reshape(-1)]
+        return self
 
     def set_shape(self, name: str, min, opt, max) -> "OptimizationProfile":
         triple = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
@@ -41,13 +51,18 @@ class OptimizationProfile:
                 )
 
     def as_json(self) -> dict:
-        return {name: {"min": list(a), "opt": list(b), "max": list(c)} for name, (a, b, c) in self.shapes.items()}
+        data = {name: {"min": list(a), "opt": list(b), "max": list(c)} for name, (a, b, c) in self.shapes.items()}
+        for name, values in self.shape_values.items():
+            data[name]["values"] = list(values)
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "OptimizationProfile":
         profile = cls()
         for name, entry in data.items():
             profile.set_shape(name, entry["min"], entry["opt"], entry["max"])
+            if "values" in entry:
+                profile.set_shape_values(name, entry["values"])
         return profile
 
 

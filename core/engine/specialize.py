@@ -8,17 +8,26 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
+
 from plugrt.ir.graph import Graph
 from plugrt.ir.infer import infer_graph
 from plugrt.plugin import TensorInfo
 
 
-def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry) -> Graph:
-    """A copy of ``graph`` with every value's shape inferred for these input shapes."""
+def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry,
+               values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """A copy of ``graph`` with every value's shape inferred for these input shapes
+    (and these values of shape-tensor inputs)."""
+    values = values or {}
     concrete = graph.copy()
     for name in concrete.inputs:
         info = concrete.values[name].info
-        concrete.values[name].info = TensorInfo(info.dtype, tuple(int(d) for d in shapes[name]))
+        shape = tuple(int(d) for d in shapes[name])
+        value = None
+        if name in values:
+            value = np.asarray(values[name], dtype=info.dtype).reshape(shape)
+        concrete.values[name].info = TensorInfo(info.dtype, shape, value)
     for node in concrete.nodes:
         for out in node.outputs:
             if out:

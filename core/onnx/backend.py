@@ -1,7 +1,8 @@
 """plugrt as an ONNX backend (``onnx.backend.base.Backend``).
 
 ``prepare(model, device="CPU")`` imports the model and runs it with the reference
-executor. Device ``"CUDA"`` builds and runs a GPU engine once the engine is installed.
+executor. Device ``"CUDA"`` builds a GPU engine (in Numba's CUDA simulator when there is
+no GPU) and runs it; a model with dynamic inputs gets one engine per set of input shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from plugrt.errors import PlugrtError
 from plugrt.onnx.importer import import_model, load_model
 from plugrt.reference import ReferenceExecutor
 
-DEVICES = ("CPU",)
+DEVICES = ("CPU", "CUDA")
 
 
 class PlugrtRep(BackendRep):
@@ -57,6 +58,8 @@ class PlugrtBackend(Backend):
             raise PlugrtError(f"device {device!r} is not supported; use one of {', '.join(DEVICES)}")
         registry = kwargs.pop("registry", None)
         graph = import_model(load_model(model), registry=registry)
+        if kind == "CUDA":
+            return PlugrtRep(graph, _EngineRunner(graph, registry))
         executor = ReferenceExecutor(graph, registry)
         return PlugrtRep(graph, executor.run)
 
@@ -67,6 +70,64 @@ class PlugrtBackend(Backend):
     @classmethod
     def run_node(cls, node, inputs: Sequence[np.ndarray], device: str = "CPU", outputs_info=None, **kwargs):
         raise PlugrtError("run_node is not supported; wrap the node in a model and use run_model")
+
+
+class _EngineRunner:
+    """Builds (once per set of input shapes) and runs GPU engines for a backend rep.
+
+    ONNX models often feed shape operands (Reshape's shape, Slice's starts) as graph
+    inputs. When the engine cannot be built with them as device tensors, the small
+    integer inputs become shape-tensor inputs, read on the host (as TensorRT does).
+    """
+
+    SHAPE_TENSOR_LIMIT = 64
+
+    def __init__(self, graph, registry):
+        from plugrt.engine import Builder
+
+        self.graph = graph
+        self.builder = Builder(registry)
+        self.contexts: dict = {}
+        self.shape_inputs: list[str] | None = None
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict:
+        from plugrt.bindings import check_inputs
+        from plugrt.errors import UnsupportedError
+
+        feeds = {name: np.asarray(value) for name, value in feeds.items()}
+        check_inputs({name: self.graph.info(name) for name in self.graph.inputs}, feeds)
+        if self.shape_inputs is None:
+            try:
+                context = self._context(feeds, [])
+                self.shape_inputs = []
+            except UnsupportedError:
+                candidates = [n for n in self.graph.inputs
+                              if feeds[n].dtype.kind in "iu" and feeds[n].size <= self.SHAPE_TENSOR_LIMIT]
+                if not candidates:
+                    raise
+                context = self._context(feeds, candidates)
+                self.shape_inputs = candidates
+        else:
+            context = self._context(feeds, self.shape_inputs)
+        return context.execute(feeds)
+
+    def _context(self, feeds, shape_inputs: list[str]):
+        from plugrt.engine import BuilderConfig, OptimizationProfile
+
+        key = tuple((name, feeds[name].shape) for name in self.graph.inputs)
+        key += tuple((name, feeds[name].tobytes()) for name in shape_inputs)
+        context = self.contexts.get(key)
+        if context is None:
+            config = BuilderConfig()
+            profile = OptimizationProfile()
+            for name in self.graph.inputs:
+                profile.set_shape(name, feeds[name].shape, feeds[name].shape, feeds[name].shape)
+            for name in shape_inputs:
+                profile.set_shape_values(name, feeds[name])
+            config.add_optimization_profile(profile)
+            context = self.builder.build_engine(self.graph, config).create_execution_context()
+            self.contexts[key] = context
+        return context
 
 
 def _device_kind(device: str) -> str:
