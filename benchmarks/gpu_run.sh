@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole GPU run in one call: the test suite on the GPU (no simulator), then the model
+# checks and benchmarks. Results go under $OUT (or ./gpu-results). Usage on the GPU machine:
+#   bash benchmarks/gpu_run.sh [pytest args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-results}"; mkdir -p "$OUT"
+if [ -d .whl ]; then  # numba-cuda needs numpy < 2.5; carried as a wheel
+  python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl && export PYTHONPATH=$PWD/.site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+TESTS="${PLUGRT_GPU_TESTS:-tests}"
+if [ "$TESTS" != "none" ]; then
+  timeout "${PLUGRT_GPU_TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -n 16 --maxfail=400 \
+    --junitxml="$OUT/junit.xml" "$TESTS" "$@" >"$OUT/pytest.log" 2>&1
+  echo "pytest exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-220 | head -80; tail -3 "$OUT/pytest.log"
+fi
+if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
+  timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-240}" python3 benchmarks/gpu_run.py --out "$OUT" 2>&1 | tail -40
+fi
