@@ -1,10 +1,10 @@
-"""Data movement, selection and shape computation: Reshape, Transpose, Concat, Split, Slice,
-Squeeze/Unsqueeze, Gather, Shape, Expand, Tile, ConstantOfShape, Constant, Range, Dropout, ...
+"""Data movement and selection: Reshape, Flatten, Squeeze/Unsqueeze, Identity, Dropout,
+Transpose, Concat, Split, Slice, Gather, GatherElements, Expand, Tile (the generators,
+Shape, Constant, Range, ... are in :mod:`generators`; the CUDA kernels in :mod:`shape_kernels`).
 
 Shape-like inputs (Reshape's shape, Slice's starts, Unsqueeze's axes, ...) are read from
 ``TensorInfo.value`` when known, giving exact output shapes; when unknown the output keeps
-the right rank with fresh symbolic dims named ``{node}_d{axis}``. Shape and Size carry a
-value whenever the dims they report are concrete, even if the input's data is unknown.
+the right rank with fresh symbolic dims named ``{node}_d{axis}``.
 
 Attribute-to-input moves: Reshape's shape (input from 5), Slice's starts/ends/axes (10),
 Split's split and Squeeze/Unsqueeze's axes (13). The older forms are implemented too.
@@ -20,9 +20,11 @@ from plugrt import hookimpl
 from plugrt.errors import ModelError, ShapeError
 from plugrt.ir import dims
 from plugrt.ir.dims import format_shape
-from plugrt.plugin import (
-    ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, SHAPE, VARIADIC, Attr, OpPlugin, TensorInfo, optional,
-)
+from plugrt.kernels import broadcast_strides, c_strides
+from plugrt.plugin import FLOAT_DTYPES, SHAPE, VARIADIC, Attr, OpPlugin, TensorInfo, optional
+from plugrt.tactic import Tactic
+
+from . import shape_kernels
 
 INT64 = np.dtype("int64")
 BOOL = np.dtype(bool)
@@ -82,10 +84,17 @@ class MoveOp(OpPlugin):
     groups = _MOVES
 
 
+class CopyOp(MoveOp):
+    """An op whose output holds the input's elements in the same order (a new shape)."""
+
+    def tactics(self, node, inputs, outputs):
+        return [shape_kernels.copy_tactic()]
+
+
 # ---------------------------------------------------------------------------------- reshaping
 
 
-class Flatten(MoveOp):
+class Flatten(CopyOp):
     op_type = "Flatten"
     attributes = (Attr("axis", "int", 1),)
 
@@ -154,7 +163,7 @@ def reshape_dims(node, in_shape, target) -> tuple:
     return tuple(out)
 
 
-class Reshape(MoveOp):
+class Reshape(CopyOp):
     op_type = "Reshape"
     attributes = (Attr("shape", "ints", None), Attr("consumed_inputs", "ints", None), Attr("allowzero", "int", 0))
     inputs = (1, 2)
@@ -202,6 +211,11 @@ class Transpose(MoveOp):
         x = inputs[0]
         return [np.transpose(x, self._perm(node, x.ndim))]
 
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        strides = c_strides(x.shape)[self._perm(node, x.rank)]
+        return [shape_kernels.strided_tactic(outputs[0].shape, strides)]
+
 
 class Concat(MoveOp):
     op_type = "Concat"
@@ -245,6 +259,10 @@ class Concat(MoveOp):
 
     def reference(self, node, inputs):
         return [np.concatenate(inputs, axis=self._axis_of(node, inputs[0].ndim))]
+
+    def tactics(self, node, inputs, outputs):
+        axis = self._axis_of(node, inputs[0].rank)
+        return [shape_kernels.concat_tactic([i.shape for i in inputs], axis, outputs[0].shape)]
 
 
 class Split(MoveOp):
@@ -306,6 +324,12 @@ class Split(MoveOp):
         split = self._split_arg(node, None if second is None else _ints(second))
         bounds = np.cumsum(self.sizes(node, x.shape[axis], split))[:-1]
         return list(np.split(x, bounds, axis=axis))
+
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        axis = _axis(node, node.attrs["axis"], x.rank)
+        sizes = [o.shape[axis] for o in outputs]
+        return [shape_kernels.split_tactic(x.shape, axis, sizes)]
 
 
 def onnx_slice(start: int, end: int, step: int, dim: int) -> slice:
@@ -388,8 +412,25 @@ class Slice(MoveOp):
         index = tuple(onnx_slice(*per_axis[a], x.shape[a]) if a in per_axis else slice(None) for a in range(x.ndim))
         return [x[index]]
 
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        values = [None if i is None else _value(i) for i in inputs[1:]]
+        if any(i is not None and v is None for i, v in zip(inputs[1:], values)):
+            raise self.unsupported(node, "starts, ends, axes or steps computed at run time",
+                                   "make them initializers or constant-foldable shape computations")
+        per_axis = self._axis_slices(node, x.rank, *self._params(node, values))
+        strides = c_strides(x.shape)
+        base, steps = 0, []
+        for a, d in enumerate(x.shape):
+            start, step = 0, 1
+            if a in per_axis:
+                start, _, step = onnx_slice(*per_axis[a], d).indices(d)
+            base += start * int(strides[a])
+            steps.append(step * int(strides[a]))
+        return [shape_kernels.strided_tactic(outputs[0].shape, steps, base)]
 
-class Squeeze(MoveOp):
+
+class Squeeze(CopyOp):
     op_type = "Squeeze"
     attributes = (Attr("axes", "ints", None),)
     inputs = (1, 2)
@@ -428,7 +469,7 @@ class Squeeze(MoveOp):
         return [x.reshape(tuple(x.shape[i] for i in self._kept(node, x.shape, axes)))]
 
 
-class Unsqueeze(MoveOp):
+class Unsqueeze(CopyOp):
     op_type = "Unsqueeze"
     attributes = (Attr("axes", "ints", None),)
     inputs = (1, 2)
@@ -490,6 +531,11 @@ class Gather(MoveOp):
         axis = _axis(node, node.attrs["axis"], x.ndim)
         return [np.take(x, _wrap(idx, x.shape[axis]), axis=axis)]
 
+    def tactics(self, node, inputs, outputs):
+        x, idx = inputs
+        axis = _axis(node, node.attrs["axis"], x.rank)
+        return [shape_kernels.gather_tactic(x.shape, axis, math.prod(idx.shape))]
+
 
 class GatherElements(MoveOp):
     op_type = "GatherElements"
@@ -514,6 +560,11 @@ class GatherElements(MoveOp):
         grid = list(np.indices(idx.shape, sparse=True))
         grid[axis] = _wrap(idx, x.shape[axis])
         return [x[tuple(grid)]]
+
+    def tactics(self, node, inputs, outputs):
+        x, idx = inputs
+        axis = _axis(node, node.attrs["axis"], x.rank)
+        return [shape_kernels.gather_elements_tactic(x.shape, idx.shape, axis)]
 
 
 class Expand(MoveOp):
@@ -542,6 +593,10 @@ class Expand(MoveOp):
         x, shape = inputs
         return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape)))))]
 
+    def tactics(self, node, inputs, outputs):
+        out_shape = outputs[0].shape
+        return [shape_kernels.strided_tactic(out_shape, broadcast_strides(inputs[0].shape, out_shape))]
+
 
 class Tile(MoveOp):
     op_type = "Tile"
@@ -565,8 +620,11 @@ class Tile(MoveOp):
     def reference(self, node, inputs):
         return [np.tile(inputs[0], _ints(inputs[1]))]
 
+    def tactics(self, node, inputs, outputs):
+        return [shape_kernels.tile_tactic(inputs[0].shape, outputs[0].shape)]
 
-class Identity(MoveOp):
+
+class Identity(CopyOp):
     op_type = "Identity"
 
     def infer(self, node, inputs):
@@ -575,218 +633,6 @@ class Identity(MoveOp):
 
     def reference(self, node, inputs):
         return [inputs[0].copy()]
-
-
-class Trilu(OpPlugin):
-    op_type = "Trilu"
-    since_opset = 14
-    attributes = (Attr("upper", "int", 1),)
-    inputs = (1, 2)
-
-    def check(self, node, inputs):
-        _require_int(self, node, inputs, [1])
-        if inputs[0].rank < 2:
-            raise ShapeError(f"{node.describe()}: the input must have rank 2 or more")
-
-    def infer(self, node, inputs):
-        return [TensorInfo(inputs[0].dtype, inputs[0].shape)]
-
-    def reference(self, node, inputs):
-        x = inputs[0]
-        k = 0 if optional(inputs, 1) is None else _ints(inputs[1])[0]
-        return [np.triu(x, k) if node.attrs["upper"] else np.tril(x, k)]
-
-
-# ---------------------------------------------------------------------------------- shape info
-
-
-class Shape(OpPlugin):
-    op_type = "Shape"
-    attributes = (Attr("start", "int", 0), Attr("end", "int", None))
-
-    @staticmethod
-    def _range(node, rank):
-        if node.opset < 15:
-            return 0, rank
-        start, end = node.attrs["start"], node.attrs["end"]
-        end = rank if end is None else end
-        start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-        return start, max(start, end)
-
-    def infer(self, node, inputs):
-        start, end = self._range(node, inputs[0].rank)
-        selected = inputs[0].shape[start:end]
-        value = np.array(selected, dtype=np.int64) if dims.is_static(selected) else None
-        return [TensorInfo(INT64, (end - start,), value)]
-
-    def reference(self, node, inputs):
-        start, end = self._range(node, inputs[0].ndim)
-        return [np.array(inputs[0].shape[start:end], dtype=np.int64)]
-
-
-class Size(OpPlugin):
-    op_type = "Size"
-
-    def infer(self, node, inputs):
-        x = inputs[0]
-        value = np.array(math.prod(x.shape), dtype=np.int64) if x.is_static else None
-        return [TensorInfo(INT64, (), value)]
-
-    def reference(self, node, inputs):
-        return [np.array(inputs[0].size, dtype=np.int64)]
-
-
-# ---------------------------------------------------------------------------------- generators
-
-
-def _unsupported_dtype(op, node, array, what):
-    if array.dtype not in ALL_DTYPES:
-        raise op.unsupported(node, f"{what} of dtype {array.dtype}",
-                             "use a numeric or bool dtype (bfloat16, float8, int4 and strings are not handled)")
-
-
-class ConstantOfShape(OpPlugin):
-    op_type = "ConstantOfShape"
-    since_opset = 9
-    attributes = (Attr("value", "tensor", None),)
-    dtypes = frozenset({INT64})
-
-    def _fill(self, node):
-        value = node.attrs["value"]
-        return np.zeros(1, np.float32) if value is None else np.asarray(value)
-
-    def check(self, node, inputs):
-        fill = self._fill(node)
-        if fill.size != 1:
-            raise ModelError(f"{node.describe()}: the value attribute must hold one element, got {fill.size}")
-        _unsupported_dtype(self, node, fill, "a value attribute")
-
-    def infer(self, node, inputs):
-        shape = _value(inputs[0])
-        if shape is None:
-            shape = tuple(_fresh(node, i) for i in range(_length(self, node, inputs[0], "ConstantOfShape shape")))
-        elif any(d < 0 for d in shape):
-            raise ShapeError(f"{node.describe()}: negative dims in shape {shape}")
-        return [TensorInfo(self._fill(node).dtype, tuple(shape))]
-
-    def reference(self, node, inputs):
-        fill = self._fill(node)
-        return [np.full(tuple(_ints(inputs[0])), fill.reshape(-1)[0], dtype=fill.dtype)]
-
-
-class Constant(OpPlugin):
-    """Constant; ``sparse_value`` cannot even be declared (the core has no sparse attribute
-    kind), so import refuses it as an unknown attribute."""
-
-    op_type = "Constant"
-    attributes = (
-        Attr("value", "tensor", None), Attr("value_float", "float", None), Attr("value_floats", "floats", None),
-        Attr("value_int", "int", None), Attr("value_ints", "ints", None),
-        Attr("value_string", "string", None), Attr("value_strings", "strings", None),
-    )
-    inputs = (0, 0)
-
-    def _array(self, node):
-        a = node.attrs
-        given = [k for k, v in a.items() if v is not None]
-        if len(given) != 1:
-            raise ModelError(f"{node.describe()}: exactly one value attribute must be set, got {given or 'none'}")
-        if given[0] in ("value_string", "value_strings"):
-            raise self.unsupported(node, f"string constant ({given[0]})", "strings are not handled")
-        if a["value"] is not None:
-            array = np.asarray(a["value"])
-            _unsupported_dtype(self, node, array, "a value tensor")
-            return array
-        if a["value_float"] is not None:
-            return np.array(a["value_float"], dtype=np.float32)
-        if a["value_floats"] is not None:
-            return np.array(a["value_floats"], dtype=np.float32).reshape(-1)
-        if a["value_int"] is not None:
-            return np.array(a["value_int"], dtype=np.int64)
-        return np.array(a["value_ints"], dtype=np.int64).reshape(-1)
-
-    def check(self, node, inputs):
-        self._array(node)
-
-    def infer(self, node, inputs):
-        return [TensorInfo.of(self._array(node))]
-
-    def reference(self, node, inputs):
-        return [self._array(node).copy()]
-
-
-_RANGE_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int16", "int32", "int64")}
-_STASH = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
-
-
-class Range(OpPlugin):
-    op_type = "Range"
-    since_opset = 11
-    attributes = (Attr("stash_type", "int", 1),)
-    inputs = (3, 3)
-    dtypes = _RANGE_DTYPES
-
-    def check(self, node, inputs):
-        if len({i.dtype for i in inputs}) > 1 or any(i.rank > 1 or i.shape not in ((), (1,)) for i in inputs):
-            raise ModelError(f"{node.describe()}: start, limit and delta must be scalars of one dtype")
-        if node.opset >= 27 and node.attrs["stash_type"] not in _STASH:
-            raise self.unsupported(node, f"stash_type={node.attrs['stash_type']}", "use 1 (float) or 11 (double)")
-
-    @staticmethod
-    def _count(start, limit, delta) -> int:
-        if delta == 0:
-            raise ValueError("delta is 0")
-        if isinstance(start, int):
-            return max(-((start - limit) // delta), 0)
-        return max(math.ceil((limit - start) / delta), 0)
-
-    def _scalars(self, values):
-        return [v.reshape(-1)[0].item() for v in values]
-
-    def infer(self, node, inputs):
-        dtype = inputs[0].dtype
-        if any(i.value is None for i in inputs):
-            return [TensorInfo(dtype, (_fresh(node, 0),))]
-        return [TensorInfo(dtype, (self._count(*self._scalars([i.value for i in inputs])),))]
-
-    def reference(self, node, inputs):
-        dtype = inputs[0].dtype
-        start, limit, delta = self._scalars(inputs)
-        n = self._count(start, limit, delta)
-        if dtype.kind == "i":
-            return [(start + np.arange(n, dtype=np.int64) * delta).astype(dtype)]
-        compute = _STASH[node.attrs["stash_type"]] if node.opset >= 27 and dtype == np.float16 else np.dtype(np.float64)
-        out = np.arange(compute.type(start), float(limit), float(delta), dtype=compute)[:n]
-        return [out.astype(dtype)]
-
-
-class OneHot(OpPlugin):
-    op_type = "OneHot"
-    since_opset = 9
-    attributes = (Attr("axis", "int", -1),)
-    inputs = (3, 3)
-
-    def check(self, node, inputs):
-        self.require_dtypes(node, inputs, NUMERIC_DTYPES, [0, 1])
-        if inputs[1].shape not in ((), (1,)) or inputs[2].shape != (2,):
-            raise ModelError(f"{node.describe()}: depth must be a scalar and values a 2-element tensor")
-
-    def infer(self, node, inputs):
-        indices, depth, values = inputs
-        axis = _axis(node, node.attrs["axis"], indices.rank + 1)
-        d = _fresh(node, axis) if depth.value is None else int(depth.value.reshape(-1)[0])
-        return [TensorInfo(values.dtype, indices.shape[:axis] + (d,) + indices.shape[axis:])]
-
-    def reference(self, node, inputs):
-        indices, depth, values = inputs
-        axis = _axis(node, node.attrs["axis"], indices.ndim + 1)
-        depth = int(depth.reshape(-1)[0])
-        idx = indices.astype(np.int64)
-        if node.opset >= 11:
-            idx = np.where(idx < 0, idx + depth, idx)
-        classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
-        hit = np.expand_dims(idx, axis) == classes
-        return [np.where(hit, values[1], values[0]).astype(values.dtype)]
 
 
 class Dropout(OpPlugin):
@@ -839,10 +685,25 @@ class Dropout(OpPlugin):
         mask = np.ones(x.shape, dtype=BOOL if node.opset >= 10 else x.dtype)
         return [x.copy(), mask]
 
+    def tactics(self, node, inputs, outputs):
+        training = optional(inputs, 2)
+        if node.opset >= 12 and training is not None and training.value is None:
+            raise self.unsupported(node, "a training_mode input computed at run time",
+                                   "make training_mode a constant False (an inference export)")
+        copy = shape_kernels.copy_tactic()
+
+        def launches(ins, outs, workspace):
+            result = list(copy.launches(ins, outs[:1], workspace))
+            if len(outs) > 1 and outs[1] is not None:
+                result += shape_kernels.fill_launch(outs[1], np.ones(1, outs[1].dtype))
+            return result
+
+        return [Tactic("copy", launches)]
+
 
 OPS = (
     Flatten, Reshape, Transpose, Concat, Split, Slice, Squeeze, Unsqueeze, Gather, GatherElements,
-    Expand, Tile, Identity, Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot, Dropout,
+    Expand, Tile, Identity, Dropout,
 )
 
 
