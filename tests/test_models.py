@@ -1,4 +1,5 @@
-"""End to end: the example models against onnxruntime through plugrt.onnx.backend."""
+"""End to end: the example models against onnxruntime, through the CPU backend (the
+plugins' references) and through GPU engines (the CUDA simulator without a GPU)."""
 
 import sys
 from pathlib import Path
@@ -15,16 +16,22 @@ from conftest import skip_unless_ops  # noqa: E402
 from plugrt.onnx import backend  # noqa: E402
 
 SHAPES = {"convnet": [(1, 3, 16, 16), (3, 3, 16, 16)], "encoder": [(1, 5, 32), (2, 8, 32)]}
+#: The simulator runs one shape of each (the convnet is the slowest test there).
+SIM_SHAPES = {"convnet": [(1, 3, 16, 16)], "encoder": [(2, 8, 32)]}
 
 
+@pytest.mark.parametrize("device", ["CPU", "CUDA"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_example_model_matches_onnxruntime(name, rng):
+def test_example_model_matches_onnxruntime(name, device, rng):
+    from plugrt.device import simulated
+
     model = MODELS[name]()
     skip_unless_ops(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rep = backend.prepare(model, "CPU")
+    rep = backend.prepare(model, device)
     input_name = model.graph.input[0].name
-    for shape in SHAPES[name]:
+    shapes = SIM_SHAPES[name] if device == "CUDA" and simulated() else SHAPES[name]
+    for shape in shapes:
         x = rng.standard_normal(shape).astype(np.float32)
         (want,) = session.run(None, {input_name: x})
         (got,) = rep.run([x])
@@ -32,8 +39,8 @@ def test_example_model_matches_onnxruntime(name, rng):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_backend_supports_cpu():
-    assert backend.supports_device("CPU")
+def test_backend_supports_cpu_and_cuda():
+    assert backend.supports_device("CPU") and backend.supports_device("CUDA")
     assert not backend.supports_device("TPU")
 
 
