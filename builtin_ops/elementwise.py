@@ -1,5 +1,6 @@
 """Elementwise ops with NumPy-style broadcasting: arithmetic (Add, Div, Pow, Mod, ...),
-variadic (Max, Min, Sum, Mean), Where, comparisons, logic, BitShift, Cast, CastLike, IsNaN, IsInf.
+variadic (Max, Min, Sum, Mean), Where, comparisons, logic, BitShift, IsNaN, IsInf (Cast and
+CastLike live in :mod:`plugrt_builtin_ops.cast`).
 
 The binary ops are claimed from opset 7, where multidirectional broadcasting replaced the
 legacy ``broadcast``/``axis`` attributes; the variadic ops from opset 6.
@@ -16,18 +17,11 @@ from plugrt.plugin import (
     ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin,
     TensorInfo,
 )
+from plugrt_builtin_ops import elementwise_kernels
 
 BOOL = np.dtype(bool)
 BOOL_DTYPES = frozenset({BOOL})
 _POW_BASE_DTYPES = FLOAT_DTYPES | {np.dtype("int32"), np.dtype("int64")}
-
-#: TensorProto.DataType values of the dtypes NumPy handles natively (Cast's ``to``).
-ONNX_DTYPES = {
-    1: np.dtype("float32"), 2: np.dtype("uint8"), 3: np.dtype("int8"), 4: np.dtype("uint16"),
-    5: np.dtype("int16"), 6: np.dtype("int32"), 7: np.dtype("int64"), 9: BOOL,
-    10: np.dtype("float16"), 11: np.dtype("float64"), 12: np.dtype("uint32"), 13: np.dtype("uint64"),
-}
-
 
 def broadcast_shape(node, inputs) -> tuple:
     """The multidirectional broadcast of the inputs' shapes (symbolic dims allowed)."""
@@ -90,6 +84,14 @@ class ElementwiseOp(OpPlugin):
 
     def compute(self, node, *xs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def kernel_params(self, node) -> tuple:
+        """The attribute values the device function depends on (its cache key)."""
+        return ()
+
+    def pointwise(self, node, inputs):
+        dtypes = tuple(i.dtype for i in inputs)
+        return elementwise_kernels.device_function(self.op_type, dtypes, self.kernel_params(node))
 
 
 # ---------------------------------------------------------------------- arithmetic
@@ -200,6 +202,9 @@ class Mod(ElementwiseOp):
     def compute(self, node, a, b):
         return np.fmod(a, b) if node.attrs["fmod"] == 1 else np.mod(a, b)
 
+    def kernel_params(self, node):
+        return (node.attrs["fmod"],)
+
 
 class BitShift(ElementwiseOp):
     """BitShift: arithmetic right shift for signed types; shifts < 0 or >= the bit width
@@ -224,6 +229,9 @@ class BitShift(ElementwiseOp):
             return np.where(valid, np.left_shift(x, count), 0)
         fill = np.where(x < 0, -1, 0) if x.dtype.kind == "i" else 0
         return np.where(valid, np.right_shift(x, count), fill)
+
+    def kernel_params(self, node):
+        return (node.attrs["direction"],)
 
 
 # ---------------------------------------------------------------------- variadic
@@ -407,80 +415,13 @@ class IsInf(PredicateOp):
         positive = np.isposinf(x) if node.attrs["detect_positive"] else np.zeros(x.shape, bool)
         return negative | positive
 
-
-# ---------------------------------------------------------------------- casts
-
-
-def dtype_name(to: int) -> str:
-    try:
-        from onnx import TensorProto
-
-        return TensorProto.DataType.Name(to)
-    except (ImportError, ValueError):
-        return str(to)
-
-
-def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """ONNX Cast between NumPy dtypes: float to int truncates toward zero, int to int
-    wraps (two's complement), to bool maps nonzero (NaN included) to True. Out-of-range
-    float to int is undefined by the spec; NumPy's result is returned."""
-    with np.errstate(all="ignore"):
-        return np.asarray(x).astype(dtype)
-
-
-class CastBase(OpPlugin):
-    """Cast and CastLike: ``saturate`` and ``round_mode`` only change float8 targets,
-    which (like string, bfloat16, int4/int2 and float4/6) are declared unsupported."""
-
-    groups = frozenset({POINTWISE})
-    attributes = (Attr("saturate", "int", 1), Attr("round_mode", "string", "up"))
-
-    def check(self, node, inputs):
-        require_inputs(self, node, inputs)
-        mode = node.attrs["round_mode"]
-        if mode not in ("up", "down", "nearest"):
-            raise self.unsupported(node, f"round_mode={mode!r}", "use 'up', 'down' or 'nearest'")
-
-
-class Cast(CastBase):
-    """Cast to the dtype ``to`` (a TensorProto.DataType value)."""
-
-    op_type = "Cast"
-    since_opset = 6
-    attributes = (Attr("to", "int", REQUIRED),) + CastBase.attributes
-
-    def check(self, node, inputs):
-        super().check(node, inputs)
-        to = node.attrs["to"]
-        if to not in ONNX_DTYPES:
-            names = ", ".join(dtype_name(t) for t in sorted(ONNX_DTYPES))
-            raise self.unsupported(node, f"casting to {dtype_name(to)}", f"supported targets: {names}")
-
-    def infer(self, node, inputs):
-        return [TensorInfo(ONNX_DTYPES[node.attrs["to"]], inputs[0].shape)]
-
-    def reference(self, node, inputs):
-        return [cast(inputs[0], ONNX_DTYPES[node.attrs["to"]])]
-
-
-class CastLike(CastBase):
-    """CastLike(input, target_type): Cast to target_type's dtype."""
-
-    op_type = "CastLike"
-    since_opset = 15
-    inputs = (2, 2)
-
-    def infer(self, node, inputs):
-        return [TensorInfo(inputs[1].dtype, inputs[0].shape)]
-
-    def reference(self, node, inputs):
-        return [cast(inputs[0], inputs[1].dtype)]
+    def kernel_params(self, node):
+        return (node.attrs["detect_negative"], node.attrs["detect_positive"])
 
 
 OPS = (
     Add, Sub, Mul, Div, Pow, Mod, BitShift, Max, Min, Sum, Mean, Where,
     Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf,
-    Cast, CastLike,
 )
 
 
