@@ -1,0 +1,311 @@
+"""CUDA tactics of the data-movement ops (shape_kernels) and generator ops
+(generator_kernels) against their NumPy references, in the simulator without a GPU.
+
+Every dtype class (float16/32/64, signed and unsigned ints, bool), negative axes, empty
+and rank-0 tensors, and inputs known at build time versus runtime tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+from onnx import numpy_helper
+
+from plugrt.errors import UnsupportedError
+from plugrt.onnx.importer import import_model
+from plugrt.plugin import TensorInfo
+from plugrt.testing import check_node, single_node_model
+
+DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int32, np.int64, np.bool_]
+I64 = np.int64
+
+
+def _data(rng, shape, dtype=np.float32):
+    """Random, mostly nonzero data of any dtype."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return (rng.standard_normal(shape) + 0.1).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    low = 1 if dtype.kind == "u" else -50
+    return rng.integers(low, 50, size=shape).astype(dtype)
+
+
+def _i64(*values):
+    return np.array(values, dtype=I64)
+
+
+def _runtime(registry, op_type, feeds, attrs=None, *, constants=(), opset=17, n_outputs=1):
+    """Run every tactic with the non-constant inputs as runtime tensors and concrete
+    output shapes taken from the reference (for ops whose output shape inference cannot
+    know, such as Range of runtime scalars); returns the tactics' names."""
+    model = single_node_model(op_type, feeds, attrs, constants, opset=opset, n_outputs=n_outputs)
+    graph = import_model(model, registry=registry)
+    node = graph.nodes[0]
+    op = registry.op(node)
+    arrays = [np.asarray(feeds[n]) if n else None for n in node.inputs]
+    expected = op.reference(node, arrays)
+    ins = [graph.info(n) if n else None for n in node.inputs]
+    outs = [TensorInfo(e.dtype, e.shape) for e in expected]
+    tactics = op.tactics(node, ins, outs)
+    assert tactics
+    for tactic in tactics:
+        dev_ins = [None if a is None else cuda.to_device(np.ascontiguousarray(a)) for a in arrays]
+        dev_outs = [cuda.device_array(e.shape, e.dtype) for e in expected]
+        for launch in tactic.launches(dev_ins, dev_outs, None):
+            launch.kernel[launch.grid, launch.block, 0, launch.shared_bytes](*launch.args)
+        for got, want in zip(dev_outs, expected):
+            got = got.copy_to_host()
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6, atol=0,
+                                       err_msg=f"{op_type} tactic {tactic.name}")
+    return [t.name for t in tactics]
+
+
+# --------------------------------------------------------------------------- copies
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reshape_every_dtype(rng, dtype):
+    x = _data(rng, (2, 3, 5), dtype)
+    check_node("Reshape", {"x": x, "shape": _i64(5, 0, -1)}, constants={"shape"})
+
+
+def test_reshape_rank0_empty_and_runtime_shape(rng, registry):
+    check_node("Reshape", {"x": _data(rng, ()), "shape": _i64(1, 1)}, constants={"shape"})
+    check_node("Reshape", {"x": _data(rng, (0, 3)), "shape": _i64(3, 0)}, {"allowzero": 1}, constants={"shape"})
+    # The shape tensor arrives at run time: the copy does not need its values.
+    assert _runtime(registry, "Reshape", {"x": _data(rng, (4, 3)), "shape": _i64(2, 6)}) == ["copy"]
+
+
+@pytest.mark.parametrize("axis", [0, 2, -1, -3])
+def test_flatten(rng, axis):
+    check_node("Flatten", {"x": _data(rng, (2, 3, 2), np.int8)}, {"axis": axis})
+
+
+def test_squeeze_unsqueeze_identity(rng):
+    x = _data(rng, (3, 1, 2, 1), np.uint16)
+    check_node("Squeeze", {"x": x, "axes": _i64(-1, 1)}, constants={"axes"})
+    check_node("Squeeze", {"x": x}, opset=11)
+    check_node("Unsqueeze", {"x": _data(rng, (3, 2), np.bool_), "axes": _i64(-1, 0)}, constants={"axes"})
+    check_node("Unsqueeze", {"x": _data(rng, (), np.float16)}, {"axes": [0]}, opset=11)
+    check_node("Identity", {"x": _data(rng, (7,), np.float64)})
+
+
+@pytest.mark.parametrize("opset, dtype", [(7, np.float32), (7, np.float16), (13, np.float64), (13, np.float32)])
+def test_dropout_inference_with_mask(rng, opset, dtype):
+    check_node("Dropout", {"x": _data(rng, (3, 5), dtype)}, opset=opset, n_outputs=2)
+
+
+def test_dropout_training_mode_input(rng, registry):
+    x = _data(rng, (2, 3))
+    feeds = {"x": x, "ratio": np.array(0.3, np.float32), "training_mode": np.array(False)}
+    check_node("Dropout", feeds, constants={"ratio", "training_mode"}, n_outputs=2)
+    with pytest.raises(UnsupportedError, match="training_mode"):
+        _runtime(registry, "Dropout", feeds, constants={"ratio"}, n_outputs=2)
+
+
+# --------------------------------------------------------------------------- strided copies
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_, np.uint8])
+@pytest.mark.parametrize("perm", [None, [2, 0, 1], [0, 2, 1, 3], [1, 0, 2, 3]])
+def test_transpose(rng, dtype, perm):
+    shape = (2, 3, 4) if perm is None or len(perm) == 3 else (2, 3, 2, 3)
+    check_node("Transpose", {"x": _data(rng, shape, dtype)}, {} if perm is None else {"perm": perm})
+
+
+def test_transpose_identity_and_size_one_axes(rng):
+    check_node("Transpose", {"x": _data(rng, (1, 5, 1, 3))}, {"perm": [2, 0, 1, 3]})
+    check_node("Transpose", {"x": _data(rng, (0, 3))})
+    check_node("Transpose", {"x": _data(rng, ())})
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([1, 0], [3, 10], None, None),
+    ([-1, 3], [-10, 0], [2, 1], [-2, -1]),              # negative steps from the end
+    ([-100], [100], [-1], [3]),                         # clamping, negative axis
+    ([5], [-100], [0], [-1]),                           # start past the end, stepping back
+    ([2], [2], [1], [1]),                               # empty result
+    ([0, -2], [2**62, -1], [-3, -2], [1, 1]),           # huge end
+])
+def test_slice_known_params(rng, starts, ends, axes, steps):
+    feeds = {"x": _data(rng, (3, 4, 5), np.int32), "starts": _i64(*starts), "ends": _i64(*ends)}
+    if axes is not None:
+        feeds["axes"] = _i64(*axes)
+    if steps is not None:
+        feeds["steps"] = _i64(*steps)
+    check_node("Slice", feeds, constants=set(feeds) - {"x"})
+
+
+def test_slice_int32_params_dtypes_and_old_opset(rng):
+    for dtype in (np.float16, np.bool_, np.uint64):
+        feeds = {"x": _data(rng, (4, 3), dtype), "starts": np.array([3, 1], np.int32),
+                 "ends": np.array([0, 3], np.int32), "axes": np.array([0, -1], np.int32),
+                 "steps": np.array([-1, 1], np.int32)}
+        check_node("Slice", feeds, constants={"starts", "ends", "axes", "steps"})
+    check_node("Slice", {"x": _data(rng, (4, 3))}, {"starts": [1], "ends": [-1], "axes": [0]}, opset=9)
+
+
+def test_slice_runtime_params_are_refused(rng, registry):
+    feeds = {"x": _data(rng, (4, 3)), "starts": _i64(1), "ends": _i64(3)}
+    with pytest.raises(UnsupportedError, match="run time"):
+        _runtime(registry, "Slice", feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int16, np.bool_])
+@pytest.mark.parametrize("x_shape, target", [
+    ((3, 1), (2, 1, 4)), ((1,), (5,)), ((2, 1, 3), (2, 4, 3)), ((), (2, 3)), ((4,), (1, 4)), ((3, 1), (0, 3, 2)),
+])
+def test_expand(rng, dtype, x_shape, target):
+    check_node("Expand", {"x": _data(rng, x_shape, dtype), "shape": _i64(*target)}, constants={"shape"})
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.uint16, np.bool_])
+@pytest.mark.parametrize("shape, repeats", [((2, 3), (2, 1)), ((3,), (3,)), ((2, 1, 3), (1, 3, 2)), ((2, 2), (0, 2))])
+def test_tile(rng, dtype, shape, repeats):
+    check_node("Tile", {"x": _data(rng, shape, dtype), "repeats": _i64(*repeats)}, constants={"repeats"})
+
+
+# --------------------------------------------------------------------------- row blocks
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
+def test_concat(rng, axis, dtype):
+    shapes = [(2, 3, 2), (2, 3, 2), (2, 3, 2)]
+    sizes = [1, 3, 2]
+    feeds = {}
+    for k, (shape, size) in enumerate(zip(shapes, sizes)):
+        shape = list(shape)
+        shape[axis] = size
+        feeds[f"x{k}"] = _data(rng, tuple(shape), dtype)
+    check_node("Concat", feeds, {"axis": axis})
+
+
+def test_concat_with_empty_and_single_input(rng):
+    check_node("Concat", {"a": _data(rng, (2, 0)), "b": _data(rng, (2, 3)), "c": _data(rng, (2, 1))}, {"axis": -1})
+    check_node("Concat", {"a": _data(rng, (4,), np.int8)}, {"axis": 0})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
+def test_split_known_sizes(rng, dtype):
+    x = _data(rng, (3, 6, 2), dtype)
+    check_node("Split", {"x": x, "split": _i64(1, 0, 5)}, {"axis": -2}, constants={"split"}, n_outputs=3)
+    check_node("Split", {"x": x}, {"axis": 0}, n_outputs=3)
+
+
+def test_split_num_outputs_attribute_and_runtime_sizes(rng, registry):
+    x = _data(rng, (7, 2), np.uint8)
+    check_node("Split", {"x": x}, {"axis": 0, "num_outputs": 3}, opset=18, n_outputs=3)
+    check_node("Split", {"x": x}, {"axis": 0, "split": [4, 3]}, opset=11, n_outputs=2)
+    # Sizes known only at run time: the tactic takes them from the concrete output shapes.
+    assert _runtime(registry, "Split", {"x": x, "split": _i64(2, 5)}, {"axis": 0}, n_outputs=2) == ["rows"]
+
+
+# --------------------------------------------------------------------------- gathers
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_runtime_indices(rng, index_dtype, axis):
+    x = _data(rng, (3, 4, 2), np.float32)
+    dim = x.shape[axis]
+    idx = rng.integers(-dim, dim, size=(2, 3)).astype(index_dtype)
+    check_node("Gather", {"x": x, "idx": idx}, {"axis": axis})
+
+
+def test_gather_dtypes_scalar_and_empty_indices(rng):
+    for dtype in (np.float16, np.bool_, np.int8, np.float64):
+        check_node("Gather", {"x": _data(rng, (5, 3), dtype), "idx": _i64(-1, 0, 4, -5)}, {"axis": 0})
+    check_node("Gather", {"x": _data(rng, (5, 3)), "idx": np.array(-2, np.int64)}, {"axis": 0})
+    check_node("Gather", {"x": _data(rng, (5, 3)), "idx": np.zeros((0,), np.int32)}, {"axis": -1})
+    check_node("Gather", {"x": _data(rng, (5, 3)), "idx": np.array([4, -1], np.int32)}, constants={"idx"})
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_smaller_indices(rng, index_dtype, axis):
+    x = _data(rng, (3, 4, 2), np.int16)
+    dim = x.shape[axis]
+    idx = rng.integers(-dim, dim, size=(2, 3, 2)).astype(index_dtype)
+    check_node("GatherElements", {"x": x, "idx": idx}, {"axis": axis})
+
+
+def test_gather_elements_dtypes(rng):
+    for dtype in (np.float16, np.bool_, np.float64):
+        x = _data(rng, (3, 3), dtype)
+        check_node("GatherElements", {"x": x, "idx": rng.integers(-3, 3, size=(4, 2))}, {"axis": 0})
+
+
+# --------------------------------------------------------------------------- generators
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
+@pytest.mark.parametrize("upper", [0, 1])
+def test_trilu_k_known_runtime_and_omitted(rng, dtype, upper):
+    x = _data(rng, (2, 3, 4), dtype)
+    check_node("Trilu", {"x": x}, {"upper": upper})
+    for k in (-2, 1, 7):
+        check_node("Trilu", {"x": x, "k": np.array(k, I64)}, {"upper": upper}, constants={"k"})
+    check_node("Trilu", {"x": x, "k": np.array(-1, I64)}, {"upper": upper})
+
+
+def test_shape_and_size_write_known_dims(rng):
+    x = _data(rng, (2, 3, 4), np.float16)
+    check_node("Shape", {"x": x})
+    check_node("Shape", {"x": x}, {"start": -2}, opset=15)
+    check_node("Shape", {"x": x}, {"start": 2, "end": 1}, opset=15)
+    check_node("Size", {"x": x})
+    check_node("Size", {"x": _data(rng, (), np.bool_)})
+
+
+def test_constant_of_shape_fills(rng):
+    check_node("ConstantOfShape", {"s": _i64(2, 3)}, constants={"s"})
+    for value in (np.array([-7], np.int32), np.array([True]), np.array([2.5], np.float16), np.array([3.25])):
+        check_node("ConstantOfShape", {"s": _i64(3, 1, 2)}, {"value": numpy_helper.from_array(value)},
+                   constants={"s"})
+    check_node("ConstantOfShape", {"s": _i64(2, 0)}, constants={"s"})
+    check_node("ConstantOfShape", {"s": np.zeros(0, I64)}, {"value": numpy_helper.from_array(np.array([4], I64))},
+               constants={"s"})
+
+
+def test_constant_writes_its_value(rng):
+    check_node("Constant", {}, {"value": numpy_helper.from_array(_data(rng, (2, 3), np.float16))})
+    check_node("Constant", {}, {"value": numpy_helper.from_array(_data(rng, (4,), np.bool_))})
+    check_node("Constant", {}, {"value_float": 1.5})
+    check_node("Constant", {}, {"value_ints": [3, -1, 2]})
+
+
+@pytest.mark.parametrize("dtype, start, limit, delta", [
+    (np.int64, 3, 17, 4), (np.int32, 10, -3, -4), (np.int16, -5, 5, 1),
+    (np.float32, 1.5, 7.0, 0.7), (np.float64, -1.0, 1.0, 0.3), (np.float16, 0.5, 4.0, 0.25),
+    (np.float32, 1.0, 0.0, 1.0),
+])
+def test_range_known_and_runtime_scalars(registry, dtype, start, limit, delta):
+    feeds = {"start": np.array(start, dtype), "limit": np.array(limit, dtype), "delta": np.array(delta, dtype)}
+    check_node("Range", feeds, constants=set(feeds), rtol=1e-6, atol=0)
+    _runtime(registry, "Range", feeds)
+    _runtime(registry, "Range", feeds, constants={"start"})
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32, np.float32, np.float16, np.uint8])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_runtime_indices(rng, index_dtype, axis):
+    depth = 4
+    low = 0 if np.dtype(index_dtype).kind == "u" else -depth
+    indices = rng.integers(low, depth + 1, size=(2, 3)).astype(index_dtype)
+    if np.dtype(index_dtype).kind == "f":
+        indices = indices + np.asarray(0.4, index_dtype)
+    feeds = {"indices": indices, "depth": np.array(depth, I64), "values": np.array([2, -3], np.int32)}
+    check_node("OneHot", feeds, {"axis": axis}, constants={"depth", "values"})
+
+
+def test_one_hot_opsets_value_dtypes_and_runtime_values(rng):
+    indices = np.array([[0, -1, 2], [5, 1, -3]], np.int64)
+    for values in (np.array([0.5, 1.5], np.float16), np.array([False, True]), np.array([1, 9], np.uint64)):
+        feeds = {"indices": indices, "depth": np.array([3.0], np.float32), "values": values}
+        check_node("OneHot", feeds, constants={"depth", "values"})
+        check_node("OneHot", feeds, constants={"depth", "values"}, opset=9)
+        check_node("OneHot", feeds, {"axis": -2}, constants={"depth"})
