@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 TESTS="${PLUGRT_GPU_TESTS:-tests}"
 if [ "$TESTS" != "none" ]; then
   timeout "${PLUGRT_GPU_TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -n 16 --maxfail=400 \
-    --junitxml="$OUT/junit.xml" "$TESTS" "$@" >"$OUT/pytest.log" 2>&1
+    --junitxml="$OUT/junit.xml" $TESTS "$@" >"$OUT/pytest.log" 2>&1
   echo "pytest exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-220 | head -80; tail -3 "$OUT/pytest.log"
 fi
 if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
