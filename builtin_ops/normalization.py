@@ -12,6 +12,9 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, TensorInfo, optional
 
+from . import normalization_channel_kernels as channel_kernels
+from .normalization_kernels import INV_STD, ParamIndex, RowNorm, RowView, param_index
+
 _STASH_FLOAT = 1  # TensorProto.FLOAT, the only stash_type NumPy can honour exactly
 
 
@@ -31,6 +34,17 @@ def _normalize(x: np.ndarray, axes: tuple, epsilon: float):
     var = np.mean(centered * centered, axis=axes, keepdims=True)
     inv_std = 1.0 / np.sqrt(var + epsilon)
     return centered * inv_std, mean, inv_std
+
+
+def _shape(info: TensorInfo) -> tuple:
+    return tuple(int(d) for d in info.shape)
+
+
+def _axis_strides(rank: int, axis: int, stride: int = 1) -> np.ndarray:
+    """Strides of a parameter that varies along ``axis`` only (0 elsewhere)."""
+    strides = np.zeros(rank, dtype=np.int64)
+    strides[axis] = stride
+    return strides
 
 
 def _axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -89,6 +103,17 @@ class BatchNormalization(NormOp):
             raise ValueError(f"X must have rank >= 2, got {x.rank}")
         return [TensorInfo(x.dtype, x.shape), TensorInfo(mean.dtype, mean.shape), TensorInfo(var.dtype, var.shape)]
 
+    def tactics(self, node, inputs, outputs):
+        eps = node.attrs["epsilon"]
+        if self._training(node):
+            return channel_kernels.batchnorm_training_tactics(inputs[0], eps, node.attrs["momentum"])
+        found = channel_kernels.batchnorm_inference_tactics(inputs[0], inputs[1:5], eps)
+        if not found:
+            shapes = ", ".join(str(_shape(p)) for p in inputs[1:5])
+            raise self.unsupported(node, f"runtime parameters of shapes {shapes} that differ or do not match "
+                                   f"X's dims from 1 on", "give scale, B, mean and var one shape, or make them constants")
+        return found
+
     def reference(self, node, inputs):
         x, scale, bias, mean, var = (_wide(i) for i in inputs)
         rank, eps = x.ndim, node.attrs["epsilon"]
@@ -119,6 +144,13 @@ class InstanceNormalization(NormOp):
         if inputs[0].rank < 3:
             raise ValueError(f"input must have rank >= 3 (N, C, D1, ...), got {inputs[0].rank}")
         return super().infer(node, inputs)
+
+    def tactics(self, node, inputs, outputs):
+        shape = _shape(inputs[0])
+        view = RowView(shape, tuple(range(2, len(shape))))
+        per_channel = param_index(view, _axis_strides(len(shape), 1))
+        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=per_channel,
+                       bias=2, bias_index=per_channel).tactics()
 
     def reference(self, node, inputs):
         x, scale, bias = (_wide(i) for i in inputs)
@@ -154,6 +186,21 @@ class LayerNormalization(NormOp):
         axis = _axis(node.attrs["axis"], x.rank)
         stats = tuple(x.shape[:axis]) + (1,) * (x.rank - axis)
         return [TensorInfo(x.dtype, x.shape), TensorInfo(np.float32, stats), TensorInfo(np.float32, stats)]
+
+    def tactics(self, node, inputs, outputs):
+        from plugrt.kernels import broadcast_strides
+
+        shape = _shape(inputs[0])
+        view = RowView(shape, tuple(range(node.attrs["axis"] % len(shape), len(shape))))
+        scale, bias = inputs[1], optional(inputs, 2)
+        present = [k for k in (1, 2) if optional(outputs, k) is not None]
+        return RowNorm(
+            view, inputs[0].dtype, node.attrs["epsilon"],
+            scale=1, scale_index=param_index(view, broadcast_strides(_shape(scale), shape)),
+            bias=2 if bias is not None else None,
+            bias_index=param_index(view, broadcast_strides(_shape(bias), shape)) if bias is not None else ParamIndex(0),
+            mean_out=1 if 1 in present else None, stat_out=2 if 2 in present else None, second_stat=INV_STD,
+        ).tactics()
 
     def reference(self, node, inputs):
         x, scale, bias = _wide(inputs[0]), _wide(inputs[1]), _wide(optional(inputs, 2))
@@ -193,6 +240,19 @@ class GroupNormalization(NormOp):
             raise ValueError(f"num_groups={groups} does not divide the {channels} channels")
         return super().infer(node, inputs)
 
+    def tactics(self, node, inputs, outputs):
+        shape = _shape(inputs[0])
+        groups = node.attrs["num_groups"]
+        per_group = shape[1] // groups
+        view = RowView((shape[0], groups, per_group, int(np.prod(shape[2:], dtype=np.int64))), (2, 3))
+        if node.opset < 21:
+            strides = _axis_strides(4, 1)
+        else:
+            strides = np.array([0, per_group, 1, 0], dtype=np.int64)
+        index = param_index(view, strides)
+        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=index,
+                       bias=2, bias_index=index).tactics()
+
     def reference(self, node, inputs):
         x, scale, bias = (_wide(i) for i in inputs)
         n, c = x.shape[:2]
@@ -221,6 +281,11 @@ class MeanVarianceNormalization(NormOp):
         if len(set(axes)) != len(axes):
             raise ValueError(f"duplicate axes {node.attrs['axes']}")
         return super().infer(node, inputs)
+
+    def tactics(self, node, inputs, outputs):
+        shape = _shape(inputs[0])
+        axes = tuple(sorted({a % len(shape) for a in node.attrs["axes"]})) if shape else ()
+        return RowNorm(RowView(shape, axes), inputs[0].dtype, 0.0, eps_out=1e-9).tactics()
 
     def reference(self, node, inputs):
         x = _wide(inputs[0])
@@ -254,6 +319,10 @@ class LRN(NormOp):
         if inputs[0].rank < 2:
             raise ValueError(f"input must have rank >= 2 (N, C, ...), got {inputs[0].rank}")
         return super().infer(node, inputs)
+
+    def tactics(self, node, inputs, outputs):
+        a = node.attrs
+        return channel_kernels.lrn_tactics(inputs[0], a["size"], a["alpha"], a["beta"], a["bias"])
 
     def reference(self, node, inputs):
         x = _wide(inputs[0])

@@ -1,0 +1,186 @@
+"""CUDA tactics of the normalization ops against their NumPy references (simulator without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plugrt.testing import check_node, single_node_model, node_tactics
+from plugrt.onnx.importer import import_model
+from plugrt.registry import default_registry
+
+F16, F32, F64 = np.float16, np.float32, np.float64
+TOL = {F16: dict(rtol=3e-3, atol=3e-3), F32: dict(rtol=2e-4, atol=2e-5), F64: dict(rtol=1e-10, atol=1e-12)}
+
+
+def rand(rng, shape, dtype=F32, offset=0.0):
+    return (rng.standard_normal(shape) + offset).astype(dtype)
+
+
+def positive(rng, shape, dtype=F32):
+    return rng.uniform(0.5, 2.0, shape).astype(dtype)
+
+
+def tactic_names(op, feeds, attrs=None, constants=(), n_outputs=1, opset=17):
+    registry = default_registry()
+    graph = import_model(single_node_model(op, feeds, attrs, constants, "", opset, n_outputs), registry=registry)
+    return [t.name for t in node_tactics(graph, registry)]
+
+
+# --------------------------------------------------------------------------- LayerNormalization
+
+
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((2, 3, 5), -1), ((2, 3, 5), 1), ((2, 3, 5), -3),
+                                         ((3, 37), -1), ((1, 1), 0)])
+def test_layernorm_axes(rng, shape, axis):
+    axis_n = axis % len(shape)
+    feeds = {"x": rand(rng, shape), "s": rand(rng, shape[axis_n:]), "b": rand(rng, shape[axis_n:])}
+    check_node("LayerNormalization", feeds, {"axis": axis, "epsilon": 1e-3}, n_outputs=3, **TOL[F32])
+
+
+@pytest.mark.parametrize("n_outputs", [1, 2, 3])
+def test_layernorm_no_bias_optional_outputs(rng, n_outputs):
+    feeds = {"x": rand(rng, (3, 2, 4)), "s": rand(rng, (2, 4))}
+    check_node("LayerNormalization", feeds, {"axis": 1}, n_outputs=n_outputs, **TOL[F32])
+
+
+@pytest.mark.parametrize("s_shape, b_shape", [((1,), (5,)), ((1, 5), (1,)), ((3, 1), (3, 5)), ((2, 3, 1), (1, 5))])
+def test_layernorm_broadcast_params(rng, s_shape, b_shape):
+    feeds = {"x": rand(rng, (2, 3, 5)), "s": rand(rng, s_shape), "b": rand(rng, b_shape)}
+    axis = 0 if len(s_shape) == 3 else 1
+    check_node("LayerNormalization", feeds, {"axis": axis}, n_outputs=3, **TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F16, F64])
+def test_layernorm_dtypes(rng, dtype):
+    feeds = {"x": rand(rng, (3, 9), dtype), "s": rand(rng, (9,), dtype), "b": rand(rng, (9,), dtype)}
+    check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3, **TOL[dtype])
+
+
+def test_layernorm_constant_params_and_large_mean(rng):
+    """A large offset: the shifted one-pass variance must not cancel catastrophically."""
+    feeds = {"x": rand(rng, (4, 6), offset=1000.0), "s": rand(rng, (6,)), "b": rand(rng, (6,))}
+    check_node("LayerNormalization", feeds, {"axis": -1}, constants={"s", "b"}, n_outputs=3, rtol=2e-3, atol=2e-3)
+
+
+def test_layernorm_empty_rows(rng):
+    feeds = {"x": rand(rng, (0, 4)), "s": rand(rng, (4,)), "b": rand(rng, (4,))}
+    check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3)
+
+
+def test_layernorm_offers_two_geometries(rng):
+    feeds = {"x": rand(rng, (4, 32)), "s": rand(rng, (32,))}
+    assert tactic_names("LayerNormalization", feeds) == ["rows32x4", "rows256x1"]
+
+
+# --------------------------------------------------------------------------- InstanceNormalization
+
+
+@pytest.mark.parametrize("shape, dtype", [((2, 3, 5), F32), ((1, 2, 3, 3), F32), ((2, 2, 7), F16), ((2, 3, 1, 2), F64)])
+def test_instancenorm(rng, shape, dtype):
+    c = shape[1]
+    feeds = {"x": rand(rng, shape, dtype), "s": rand(rng, (c,), dtype), "b": rand(rng, (c,), dtype)}
+    check_node("InstanceNormalization", feeds, {"epsilon": 1e-4}, **TOL[dtype])
+
+
+def test_instancenorm_constant_params(rng):
+    feeds = {"x": rand(rng, (2, 3, 4)), "s": rand(rng, (3,)), "b": rand(rng, (3,))}
+    check_node("InstanceNormalization", feeds, constants={"s", "b"}, **TOL[F32])
+
+
+# --------------------------------------------------------------------------- GroupNormalization
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 4, 3), 2), ((1, 6, 2, 2), 3), ((2, 3, 5), 1), ((1, 4, 3), 4)])
+def test_groupnorm_opset21_per_channel(rng, shape, groups):
+    c = shape[1]
+    feeds = {"x": rand(rng, shape), "s": rand(rng, (c,)), "b": rand(rng, (c,))}
+    check_node("GroupNormalization", feeds, {"num_groups": groups, "epsilon": 1e-3}, opset=21, **TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, F64])
+def test_groupnorm_opset18_per_group(rng, dtype):
+    feeds = {"x": rand(rng, (2, 6, 3), dtype), "s": rand(rng, (3,), dtype), "b": rand(rng, (3,), dtype)}
+    check_node("GroupNormalization", feeds, {"num_groups": 3}, opset=18, **TOL[dtype])
+
+
+# --------------------------------------------------------------------------- MeanVarianceNormalization
+
+
+@pytest.mark.parametrize("shape, axes", [((2, 3, 2, 2), None), ((2, 3, 4), [1]), ((2, 3, 4), [-1]),
+                                         ((3, 2, 5), [0, 1]), ((3, 4), [0]), ((2, 3, 2, 2), [0, -1]),
+                                         ((2, 3), [0, 1]), ((5,), [0])])
+def test_mvn_axes(rng, shape, axes):
+    attrs = {} if axes is None else {"axes": axes}
+    check_node("MeanVarianceNormalization", {"x": rand(rng, shape, offset=3.0)}, attrs, opset=13, **TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F16, F64])
+def test_mvn_dtypes(rng, dtype):
+    check_node("MeanVarianceNormalization", {"x": rand(rng, (2, 3, 2, 3), dtype)}, {"axes": [0, 2]}, opset=13,
+               **TOL[dtype])
+
+
+# --------------------------------------------------------------------------- BatchNormalization
+
+
+def _bn_feeds(rng, shape, dtype=F32, pdtype=None, p_shape=None):
+    pdtype = pdtype or dtype
+    p_shape = p_shape or (shape[1],)
+    return {"x": rand(rng, shape, dtype), "s": rand(rng, p_shape, pdtype), "b": rand(rng, p_shape, pdtype),
+            "m": rand(rng, p_shape, pdtype), "v": positive(rng, p_shape, pdtype)}
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 5), (1, 4, 2, 3)])
+@pytest.mark.parametrize("constants", [(), ("s", "b", "m", "v"), ("s", "v")])
+def test_batchnorm_inference(rng, shape, constants):
+    names = tactic_names("BatchNormalization", _bn_feeds(rng, shape), constants=constants, opset=15)
+    expected = ["channel_affine_const", "channel_affine"] if len(constants) == 4 else ["channel_affine"]
+    assert names == expected
+    check_node("BatchNormalization", _bn_feeds(rng, shape), {"epsilon": 1e-3}, constants=constants, opset=15,
+               **TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F16, F64])
+def test_batchnorm_dtypes(rng, dtype):
+    check_node("BatchNormalization", _bn_feeds(rng, (2, 3, 4), dtype), opset=15, **TOL[dtype])
+    check_node("BatchNormalization", _bn_feeds(rng, (2, 3, 4), dtype), constants={"s", "b", "m", "v"}, opset=15,
+               **TOL[dtype])
+
+
+def test_batchnorm_float16_data_float32_params(rng):
+    check_node("BatchNormalization", _bn_feeds(rng, (2, 3, 4), F16, F32), opset=15, **TOL[F16])
+
+
+def test_batchnorm_spatial0_opset7(rng):
+    feeds = _bn_feeds(rng, (2, 3, 2, 2), p_shape=(3, 2, 2))
+    check_node("BatchNormalization", feeds, {"spatial": 0}, opset=7, **TOL[F32])
+    check_node("BatchNormalization", feeds, {"spatial": 0}, constants=set(feeds) - {"x"}, opset=7, **TOL[F32])
+
+
+def test_batchnorm_inference_running_outputs(rng):
+    check_node("BatchNormalization", _bn_feeds(rng, (2, 3, 4)), opset=15, n_outputs=3, **TOL[F32])
+
+
+@pytest.mark.parametrize("shape, n_outputs", [((4, 3, 5), 3), ((5, 2), 3), ((2, 3, 2, 2), 1)])
+def test_batchnorm_training_mode(rng, shape, n_outputs):
+    check_node("BatchNormalization", _bn_feeds(rng, shape), {"training_mode": 1, "momentum": 0.8}, opset=15,
+               n_outputs=n_outputs, **TOL[F32])
+
+
+def test_batchnorm_empty_batch(rng):
+    check_node("BatchNormalization", _bn_feeds(rng, (0, 3, 2)), opset=15)
+
+
+# --------------------------------------------------------------------------- LRN
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_lrn_sizes(rng, size):
+    check_node("LRN", {"x": rand(rng, (2, 5, 2, 3))}, {"size": size, "alpha": 0.01, "beta": 0.6, "bias": 1.5},
+               **TOL[F32])
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 4), F32), ((1, 6, 5), F16), ((2, 3, 3), F64), ((0, 3), F32)])
+def test_lrn_shapes_dtypes(rng, shape, dtype):
+    check_node("LRN", {"x": rand(rng, shape, dtype)}, {"size": 3, "alpha": 0.1}, **TOL[dtype])
