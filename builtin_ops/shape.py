@@ -214,7 +214,9 @@ class Transpose(MoveOp):
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         strides = c_strides(x.shape)[self._perm(node, x.rank)]
-        return [shape_kernels.strided_tactic(outputs[0].shape, strides)]
+        tiled = shape_kernels.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
+        strided = shape_kernels.strided_tactic(outputs[0].shape, strides)
+        return [strided] if tiled is None else [tiled, strided]
 
 
 class Concat(MoveOp):

@@ -116,6 +116,19 @@ def test_transpose(rng, dtype, perm):
     check_node("Transpose", {"x": _data(rng, shape, dtype)}, {} if perm is None else {"perm": perm})
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.bool_])
+@pytest.mark.parametrize("shape, perm", [
+    ((2, 5, 3, 6), [0, 2, 3, 1]), ((2, 5, 3, 6), [0, 3, 1, 2]), ((9, 7), [1, 0]), ((2, 3, 5, 4), [0, 1, 3, 2]),
+    ((3, 2, 5), [-1, 0, 1]),
+])
+def test_transpose_moving_the_contiguous_axis_is_tiled(rng, registry, dtype, shape, perm):
+    from plugrt.testing import node_tactics
+
+    check_node("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm})
+    graph = import_model(single_node_model("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm}))
+    assert [t.name for t in node_tactics(graph, registry)] == ["tiled", "strided"]
+
+
 def test_transpose_identity_and_size_one_axes(rng):
     check_node("Transpose", {"x": _data(rng, (1, 5, 1, 3))}, {"perm": [2, 0, 1, 3]})
     check_node("Transpose", {"x": _data(rng, (0, 3))})
