@@ -8,6 +8,7 @@ import numpy as np
 
 from plugrt import hookimpl
 from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, POINTWISE, Attr, OpPlugin, TensorInfo, optional
+from plugrt_builtin_ops import activation_kernels
 
 _SIGNED = FLOAT_DTYPES | {np.dtype(t) for t in ("int8", "int16", "int32", "int64")}
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -22,7 +23,9 @@ class UnaryOp(OpPlugin):
     """A pointwise op with one input and one output of the same dtype and shape.
 
     Subclasses implement :meth:`compute` on a NumPy array (computing in float64 where
-    precision matters and casting back).
+    precision matters and casting back). Their CUDA tactic is the pointwise kernel of
+    :func:`activation_kernels.device_function`, which takes the op's attribute values in
+    declaration order.
     """
 
     groups = frozenset({POINTWISE})
@@ -38,6 +41,10 @@ class UnaryOp(OpPlugin):
 
     def compute(self, node, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def pointwise(self, node, inputs):
+        params = tuple(node.attrs[a.name] for a in self.attributes)
+        return activation_kernels.device_function(self.op_type, inputs[0].dtype, params)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -296,6 +303,15 @@ class Clip(UnaryOp):
             out = np.minimum(out, np.asarray(high, dtype=x.dtype))
         return [np.asarray(out, dtype=x.dtype)]
 
+    def pointwise(self, node, inputs):
+        dtype = inputs[0].dtype
+        if node.opset < 11:
+            low, high = (np.asarray(node.attrs[k], dtype=dtype).item() for k in ("min", "max"))
+            params = (False, False, low, high)
+        else:
+            params = (optional(inputs, 1) is not None, optional(inputs, 2) is not None)
+        return activation_kernels.device_function("Clip", dtype, params)
+
 
 class PRelu(OpPlugin):
     """PRelu: slope broadcast unidirectionally to the input."""
@@ -312,6 +328,9 @@ class PRelu(OpPlugin):
     def reference(self, node, inputs):
         x, slope = inputs
         return [np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)]
+
+    def pointwise(self, node, inputs):
+        return activation_kernels.device_function("PRelu", inputs[0].dtype)
 
 
 OPS = (
