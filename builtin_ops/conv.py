@@ -14,6 +14,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 from plugrt import ShapeError, hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt_builtin_ops import conv_gemm_kernels, conv_kernels
+
+#: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
+GEMM_MIN_CHANNELS = 8
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -99,6 +103,23 @@ class _ConvBase(OpPlugin):
         strides = _spatial_ints(node, "strides", node.attrs["strides"], rank, 1)
         dilations = _spatial_ints(node, "dilations", node.attrs["dilations"], rank, 1)
         return strides, dilations
+
+    def _kernel_geometry(self, node, inputs, outputs) -> conv_kernels.ConvGeometry:
+        """The node at concrete shapes, as the kernels take it."""
+        x, w, y = inputs[0], inputs[1], outputs[0]
+        rank = x.rank - 2
+        if rank > conv_kernels.MAX_RANK:
+            raise self.unsupported(node, f"{rank} spatial dims on the GPU",
+                                   f"the CUDA kernels take up to {conv_kernels.MAX_RANK}")
+        strides, dilations = self._params(node, rank)
+        geometry = self._geometry(node, x.shape[2:], w.shape[2:])
+        return conv_kernels.ConvGeometry(
+            batch=int(x.shape[0]), in_channels=int(x.shape[1]), out_channels=int(y.shape[1]),
+            group=int(node.attrs["group"]), in_spatial=tuple(int(d) for d in x.shape[2:]),
+            kernel=tuple(int(d) for d in w.shape[2:]), out_spatial=tuple(int(d) for d in y.shape[2:]),
+            strides=tuple(strides), dilations=tuple(dilations), pads=tuple(int(g[1]) for g in geometry),
+            transposed=self.transposed,
+        )
 
 
 _CONV_ATTRIBUTES = (
@@ -196,6 +217,25 @@ class Conv(_ConvBase):
         if b is not None:
             y = y + _wide(b).reshape(m, *([1] * rank))
         return [y.astype(x.dtype)]
+
+    def tactics(self, node, inputs, outputs):
+        """Implicit GEMM (1-D/2-D, float32/float16) unless the groups leave few output
+        channels each, then the direct 2-D kernel; the N-d direct kernel always."""
+        geo = self._kernel_geometry(node, inputs, outputs)
+        dtype = inputs[0].dtype
+        found = []
+        if geo.rank <= 2:
+            fast = []
+            if dtype != np.float64:
+                fast.append(conv_gemm_kernels.gemm_tactic(geo, dtype))
+            direct2d = conv_kernels.direct2d_tactic(geo, dtype)
+            if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
+                fast.append(direct2d)
+            else:
+                fast.insert(0, direct2d)
+            found += fast
+        found.append(conv_kernels.direct_tactic(geo, dtype))
+        return found
 
 
 class ConvTranspose(_ConvBase):
@@ -296,6 +336,9 @@ class ConvTranspose(_ConvBase):
         if b is not None:
             out += _wide(b).reshape(m, *([1] * rank))
         return [out.astype(x.dtype)]
+
+    def tactics(self, node, inputs, outputs):
+        return [conv_kernels.direct_tactic(self._kernel_geometry(node, inputs, outputs), inputs[0].dtype)]
 
 
 OPS = [Conv, ConvTranspose]

@@ -1,0 +1,254 @@
+"""CUDA tactics of Conv and ConvTranspose: direct kernels, one thread per output element.
+
+- ``direct``: any spatial rank (up to :data:`MAX_RANK`), groups, strides, dilations and
+  begin pads (negative pads crop); Conv and ConvTranspose (gather form: an output element
+  sums the input positions whose strided, dilated taps land on it).
+- ``direct2d``: Conv with one or two spatial dims, geometry as scalars in one table and
+  the kernel window walked by nested loops; the quick path for depthwise and small-group
+  convolutions, where an implicit GEMM's channel tile would be mostly empty.
+
+Geometry travels in one small int64 device table per node, so one compiled kernel serves
+every shape and attribute. float16 loads widen to float32 and accumulate in float32;
+float64 accumulates in float64. The implicit-GEMM tactic lives in
+:mod:`conv_gemm_kernels`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import float32, float64, int64
+
+from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.tactic import Launch, Tactic
+
+#: The most spatial dims the ``direct`` kernels take (their per-thread coordinate array).
+MAX_RANK = 8
+
+# Header of the generic geometry table; per-dim rows follow, each ``rank`` long.
+_N, _C, _M, _CG, _MG, _RANK = range(6)
+_HEADER = 6
+_IN, _KERNEL, _OUT, _STRIDE, _DILATION, _PAD, _IN_STRIDE = range(7)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One Conv or ConvTranspose node at concrete shapes.
+
+    ``in_channels`` is X's C and ``out_channels`` Y's; ``pads`` are the begin pads of the
+    effective padding (auto_pad and output_shape already applied; may be negative).
+    """
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    group: int
+    in_spatial: tuple
+    kernel: tuple
+    out_spatial: tuple
+    strides: tuple
+    dilations: tuple
+    pads: tuple
+    transposed: bool = False
+
+    @property
+    def rank(self) -> int:
+        return len(self.in_spatial)
+
+    @property
+    def out_size(self) -> int:
+        return self.batch * self.out_channels * int(np.prod(self.out_spatial, dtype=np.int64))
+
+
+def compute_type(dtype):
+    """The numba type a kernel over ``dtype`` storage accumulates in."""
+    return float64 if np.dtype(dtype) == np.float64 else float32
+
+
+def geometry_table(geo: ConvGeometry) -> np.ndarray:
+    """The int64 table of the ``direct`` kernels: header, then one row per attribute."""
+    r = geo.rank
+    head = [geo.batch, geo.in_channels, geo.out_channels, geo.in_channels // geo.group,
+            geo.out_channels // geo.group, r]
+    rows = [geo.in_spatial, geo.kernel, geo.out_spatial, geo.strides, geo.dilations, geo.pads,
+            c_strides(geo.in_spatial)]
+    return np.concatenate([np.asarray(head, np.int64)] + [np.asarray(row, np.int64).reshape(r) for row in rows])
+
+
+def bias_or_dummy(bias, dtype):
+    """The bias device array, or a one-element stand-in when the node has none."""
+    return flat(bias) if bias is not None else to_device(np.zeros(1, dtype))
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@functools.lru_cache(maxsize=None)
+def direct_kernel(acc, transposed: bool):
+    """``y[i] = sum over (c, taps) x * w (+ b)`` for one output element per thread."""
+
+    @jit
+    def conv(y, x, w, b, has_bias, n_out, geo):
+        rank = geo[_RANK]
+        cin, cout, cg, mg = geo[_C], geo[_M], geo[_CG], geo[_MG]
+        in_size = int64(1)
+        taps = int64(1)
+        for d in range(rank):
+            in_size *= geo[_HEADER + _IN * rank + d]
+            taps *= geo[_HEADER + _KERNEL * rank + d]
+        origin = cuda.local.array(MAX_RANK, int64)
+        for i in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            rest = i
+            for d in range(rank - 1, -1, -1):
+                size = geo[_HEADER + _OUT * rank + d]
+                o = rest % size
+                rest //= size
+                if transposed:
+                    origin[d] = o + geo[_HEADER + _PAD * rank + d]
+                else:
+                    origin[d] = o * geo[_HEADER + _STRIDE * rank + d] - geo[_HEADER + _PAD * rank + d]
+            m = rest % cout
+            n = rest // cout
+            g = m // mg
+            total = acc(0)
+            for c in range(cg):
+                channel = g * cg + c
+                x_base = (n * cin + channel) * in_size
+                if transposed:
+                    w_base = (channel * mg + (m - g * mg)) * taps
+                else:
+                    w_base = (m * cg + c) * taps
+                for t in range(taps):
+                    rest_t = t
+                    offset = int64(0)
+                    inside = True
+                    for d in range(rank - 1, -1, -1):
+                        k = geo[_HEADER + _KERNEL * rank + d]
+                        kd = rest_t % k
+                        rest_t //= k
+                        step = kd * geo[_HEADER + _DILATION * rank + d]
+                        if transposed:
+                            pos = origin[d] - step
+                            stride = geo[_HEADER + _STRIDE * rank + d]
+                            if pos < 0 or pos % stride != 0:
+                                inside = False
+                                break
+                            pos //= stride
+                        else:
+                            pos = origin[d] + step
+                        if pos < 0 or pos >= geo[_HEADER + _IN * rank + d]:
+                            inside = False
+                            break
+                        offset += pos * geo[_HEADER + _IN_STRIDE * rank + d]
+                    if inside:
+                        total += acc(x[x_base + offset]) * acc(w[w_base + t])
+            if has_bias != 0:
+                total += acc(b[m])
+            y[i] = total
+
+    return conv
+
+
+# Scalar geometry of the 2-D kernels (1-D runs as H = 1).
+(G2_N, G2_C, G2_H, G2_W, G2_M, G2_CG, G2_MG, G2_OH, G2_OW, G2_KH, G2_KW,
+ G2_SH, G2_SW, G2_DH, G2_DW, G2_PH, G2_PW) = range(17)
+
+
+def geometry_2d(geo: ConvGeometry) -> np.ndarray:
+    """The int64 scalar table of the 2-D kernels; a 1-D node gets a unit H axis."""
+    def pad2(values, fill):
+        values = tuple(int(v) for v in values)
+        return ((fill,) + values) if len(values) == 1 else values
+
+    h, w = pad2(geo.in_spatial, 1)
+    oh, ow = pad2(geo.out_spatial, 1)
+    kh, kw = pad2(geo.kernel, 1)
+    sh, sw = pad2(geo.strides, 1)
+    dh, dw = pad2(geo.dilations, 1)
+    ph, pw = pad2(geo.pads, 0)
+    return np.asarray([geo.batch, geo.in_channels, h, w, geo.out_channels, geo.in_channels // geo.group,
+                       geo.out_channels // geo.group, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw], np.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def direct2d_kernel(acc):
+    """Conv with 1 or 2 spatial dims, one output element per thread, window by nested loops."""
+
+    @jit
+    def conv2d(y, x, w, b, has_bias, n_out, geo):
+        cin, height, width = geo[G2_C], geo[G2_H], geo[G2_W]
+        cout, cg, mg = geo[G2_M], geo[G2_CG], geo[G2_MG]
+        oh_size, ow_size = geo[G2_OH], geo[G2_OW]
+        kh_size, kw_size = geo[G2_KH], geo[G2_KW]
+        sh, sw, dh, dw, ph, pw = geo[G2_SH], geo[G2_SW], geo[G2_DH], geo[G2_DW], geo[G2_PH], geo[G2_PW]
+        for i in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            ow = i % ow_size
+            rest = i // ow_size
+            oh = rest % oh_size
+            rest //= oh_size
+            m = rest % cout
+            n = rest // cout
+            g = m // mg
+            ih0 = oh * sh - ph
+            iw0 = ow * sw - pw
+            total = acc(0)
+            for c in range(cg):
+                x_plane = (n * cin + g * cg + c) * height
+                w_base = (m * cg + c) * kh_size * kw_size
+                for kh in range(kh_size):
+                    ih = ih0 + kh * dh
+                    if ih < 0 or ih >= height:
+                        continue
+                    x_row = (x_plane + ih) * width
+                    w_row = w_base + kh * kw_size
+                    for kw in range(kw_size):
+                        iw = iw0 + kw * dw
+                        if iw >= 0 and iw < width:
+                            total += acc(x[x_row + iw]) * acc(w[w_row + kw])
+            if has_bias != 0:
+                total += acc(b[m])
+            y[i] = total
+
+    return conv2d
+
+
+# --------------------------------------------------------------------------- tactics
+
+
+def direct_tactic(geo: ConvGeometry, dtype) -> Tactic:
+    """The generic tactic: any rank, Conv or ConvTranspose."""
+    kernel = direct_kernel(compute_type(dtype), geo.transposed)
+    table = geometry_table(geo)
+    n_out = geo.out_size
+
+    def launches(ins, outs, workspace):
+        if n_out == 0:
+            return []
+        bias = ins[2] if len(ins) > 2 else None
+        blocks, threads = grid_1d(n_out)
+        args = (flat(outs[0]), flat(ins[0]), flat(ins[1]), bias_or_dummy(bias, dtype), np.int64(bias is not None),
+                np.int64(n_out), to_device(table))
+        return [Launch(kernel, blocks, threads, args)]
+
+    return Tactic("direct", launches, {"rank": geo.rank})
+
+
+def direct2d_tactic(geo: ConvGeometry, dtype) -> Tactic:
+    """Conv with 1 or 2 spatial dims (see :func:`direct2d_kernel`)."""
+    assert not geo.transposed and geo.rank in (1, 2)
+    kernel = direct2d_kernel(compute_type(dtype))
+    table = geometry_2d(geo)
+    n_out = geo.out_size
+
+    def launches(ins, outs, workspace):
+        if n_out == 0:
+            return []
+        bias = ins[2] if len(ins) > 2 else None
+        blocks, threads = grid_1d(n_out)
+        args = (flat(outs[0]), flat(ins[0]), flat(ins[1]), bias_or_dummy(bias, dtype), np.int64(bias is not None),
+                np.int64(n_out), to_device(table))
+        return [Launch(kernel, blocks, threads, args)]
+
+    return Tactic("direct2d", launches, {})
