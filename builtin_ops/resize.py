@@ -15,6 +15,7 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt_builtin_ops import resize_kernels
 
 def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
     d = np.abs(d)
@@ -85,14 +86,15 @@ def _window(x, mode, scale, attrs):
     return (base[:, None] + offsets[None, :]).astype(np.int64), w
 
 
-def resize_axis(data, axis, n_out, scale, length, roi, attrs, nearest_mode):
-    """Resample ``data`` along one axis to ``n_out`` samples."""
-    n_in = data.shape[axis]
+def axis_taps(n_in, n_out, scale, length, roi, attrs, nearest_mode):
+    """One axis's resampling as data: input indices ``idx[n_out, k]`` (clipped into the
+    input), their weights ``w[n_out, k]`` (``None`` for nearest, where ``k`` is 1) and the
+    tf_crop_and_resize ``outside[n_out]`` mask (``None`` for other modes)."""
     mode, ctm = attrs["mode"], attrs["coordinate_transformation_mode"]
     x = _source_coords(ctm, n_out, n_in, scale, length, roi).astype(np.float64)
     if mode == "nearest":
-        idx = np.clip(_nearest_index(x, nearest_mode, scale), 0, n_in - 1).astype(np.intp)
-        out = np.take(data, idx, axis=axis)
+        idx = np.clip(_nearest_index(x, nearest_mode, scale), 0, n_in - 1).astype(np.intp)[:, None]
+        w = None
     else:
         idx, w = _window(x, mode, scale, attrs)
         if attrs["exclude_outside"]:
@@ -100,13 +102,22 @@ def resize_axis(data, axis, n_out, scale, length, roi, attrs, nearest_mode):
             total = w.sum(axis=1, keepdims=True)
             w = w / np.where(total == 0, 1.0, total)
         idx = np.clip(idx, 0, n_in - 1).astype(np.intp)
-        bshape = (1,) * axis + (n_out,) + (1,) * (data.ndim - axis - 1)
+    outside = (x < 0) | (x > n_in - 1) if ctm == "tf_crop_and_resize" else None
+    return idx, w, outside
+
+
+def resize_axis(data, axis, n_out, scale, length, roi, attrs, nearest_mode):
+    """Resample ``data`` along one axis to ``n_out`` samples."""
+    idx, w, outside = axis_taps(data.shape[axis], n_out, scale, length, roi, attrs, nearest_mode)
+    bshape = (1,) * axis + (n_out,) + (1,) * (data.ndim - axis - 1)
+    if w is None:
+        out = np.take(data, idx[:, 0], axis=axis)
+    else:
         out = sum(np.take(data, idx[:, k], axis=axis) * w[:, k].reshape(bshape) for k in range(idx.shape[1]))
-    if ctm == "tf_crop_and_resize":
-        outside = ((x < 0) | (x > n_in - 1)).reshape((1,) * axis + (n_out,) + (1,) * (data.ndim - axis - 1))
+    if outside is not None:
         fill = attrs["extrapolation_value"]
-        fill = _cast_result(np.array(fill), out.dtype) if mode == "nearest" else fill
-        out = np.where(outside, fill, out)
+        fill = _cast_result(np.array(fill), out.dtype) if w is None else fill
+        out = np.where(outside.reshape(bshape), fill, out)
     return out
 
 
@@ -228,10 +239,10 @@ class Resize(OpPlugin):
         plan, _ = self._plan(node, x.shape, None, None, sizes)
         return [TensorInfo(x.dtype, tuple(n for n, _, _ in plan))]
 
-    def reference(self, node, inputs):
-        x = inputs[0]
-        roi, scales, sizes = self._split(node, inputs)
-        plan, full_roi = self._plan(node, x.shape, roi, scales, sizes)
+    def settings(self, node, shape, values):
+        """``(plan, roi, attrs, nearest_mode)`` of :func:`resample` for input values."""
+        roi, scales, sizes = self._split(node, values)
+        plan, full_roi = self._plan(node, shape, roi, scales, sizes)
         attrs = dict(node.attrs)
         nearest_mode = attrs["nearest_mode"]
         if node.opset < 11:
@@ -239,7 +250,62 @@ class Resize(OpPlugin):
             nearest_mode = "simple"
         if node.opset < 18:
             attrs["antialias"] = 0
-        return [resample(x, plan, full_roi, attrs, nearest_mode)]
+        return plan, full_roi, attrs, nearest_mode
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        return [resample(x, *self.settings(node, x.shape, inputs))]
+
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        roi, scales, sizes = self._split(node, inputs)
+        ctm = node.attrs["coordinate_transformation_mode"] if node.opset >= 11 else "asymmetric"
+        values = [None]
+        for name, info in (("roi", roi), ("scales", scales), ("sizes", sizes)):
+            if info is None or info.value is not None or 0 in info.shape:
+                values.append(None if info is None else info.value if info.value is not None else np.zeros(0))
+            elif name == "roi" and ctm != "tf_crop_and_resize":
+                values.append(None)  # only tf_crop_and_resize reads it
+            else:
+                raise self.unsupported(node, f"a {name} input not known at build time",
+                                       "make it an initializer or computable from constants")
+        if node.opset < 11:
+            values = [None, values[2]]
+        settings = self.settings(node, tuple(int(d) for d in x.shape), values)
+        return [_tactic(self, node, x, outputs[0], values, *settings)]
+
+
+def _tactic(op, node, x: TensorInfo, y: TensorInfo, values, plan, roi, attrs, nearest_mode):
+    """The CUDA tactic of a Resize or Upsample node whose scales/sizes/roi are ``values``."""
+    shape = tuple(int(d) for d in x.shape)
+    nearest = attrs["mode"] == "nearest"
+    fill = attrs["extrapolation_value"]
+    if nearest:
+        fill = _cast_result(np.array(fill), x.dtype)
+    if 0 in shape:  # the output does not depend on the (empty) input: precompute it
+        constant = op.reference(node, [np.zeros(shape, x.dtype), *values[1:]])[0]
+        return resize_kernels.resize_tactic(x, y, None, nearest, fill, constant)
+    tables = resample_tables(shape, plan, roi, attrs, nearest_mode)
+    return resize_kernels.resize_tactic(x, y, tables, nearest, fill)
+
+
+def _unchanged(n_in, n_out, scale, roi) -> bool:
+    """Whether ``resample`` leaves an axis as it is."""
+    return n_out == n_in and scale == 1.0 and roi == (0.0, 1.0)
+
+
+def resample_tables(shape, plan, roi, attrs, nearest_mode):
+    """:func:`axis_taps` of every axis of a non-empty input, as :func:`resample` applies
+    them (an unchanged axis gets the identity: one tap of weight 1, never outside)."""
+    tables = []
+    for axis, (n_out, scale, length) in enumerate(plan):
+        n_in = shape[axis]
+        if _unchanged(n_in, n_out, scale, roi[axis]):
+            w = None if attrs["mode"] == "nearest" else np.ones((n_in, 1))
+            tables.append((np.arange(n_in, dtype=np.intp)[:, None], w, None))
+        else:
+            tables.append(axis_taps(n_in, n_out, scale, length, roi[axis], attrs, nearest_mode))
+    return tables
 
 
 def resample(x, plan, roi, attrs, nearest_mode):
@@ -247,7 +313,7 @@ def resample(x, plan, roi, attrs, nearest_mode):
     nearest = attrs["mode"] == "nearest"
     y = x if nearest else x.astype(np.float64)
     for axis, (n_out, scale, length) in enumerate(plan):
-        if n_out == x.shape[axis] and scale == 1.0 and roi[axis] == (0.0, 1.0):
+        if _unchanged(x.shape[axis], n_out, scale, roi[axis]):
             continue
         if n_out == 0 or x.shape[axis] == 0:
             shape = list(y.shape)
@@ -300,13 +366,26 @@ class Upsample(OpPlugin):
                for i, (d, s) in enumerate(zip(x.shape, scales))]
         return [TensorInfo(x.dtype, tuple(out))]
 
-    def reference(self, node, inputs):
-        x = inputs[0]
-        scales = np.asarray(self._scales(node, inputs)).reshape(-1)
-        plan = [(d if s == 1 else _floor_scaled(d, s), float(s), float(s) * d) for d, s in zip(x.shape, scales)]
+    def settings(self, node, shape, values):
+        """``(plan, roi, attrs, nearest_mode)`` of :func:`resample` for input values."""
+        scales = np.asarray(self._scales(node, values)).reshape(-1)
+        plan = [(d if s == 1 else _floor_scaled(d, s), float(s), float(s) * d) for d, s in zip(shape, scales)]
         attrs = {"mode": node.attrs["mode"], "coordinate_transformation_mode": "asymmetric", "antialias": 0,
                  "exclude_outside": 0, "cubic_coeff_a": -0.75, "extrapolation_value": 0.0}
-        return [resample(x, plan, [(0.0, 1.0)] * x.ndim, attrs, "simple")]
+        return plan, [(0.0, 1.0)] * len(shape), attrs, "simple"
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        return [resample(x, *self.settings(node, x.shape, inputs))]
+
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        values = [None, None if len(inputs) < 2 else inputs[1].value]
+        if node.opset >= 9 and values[1] is None:
+            raise self.unsupported(node, "a scales input not known at build time",
+                                   "make it an initializer or computable from constants")
+        settings = self.settings(node, tuple(int(d) for d in x.shape), values)
+        return [_tactic(self, node, x, outputs[0], values, *settings)]
 
 
 OPS = [Resize, Upsample]

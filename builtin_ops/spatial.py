@@ -8,6 +8,7 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, REQUIRED, SHAPE, Attr, OpPlugin, TensorInfo, optional
+from plugrt_builtin_ops import spatial_kernels
 
 # ------------------------------------------------------------------------------ Pad
 
@@ -69,6 +70,23 @@ class _PadBase(OpPlugin):
 
     def unknown(self, node, rank, inputs):
         return [None] * rank
+
+    def tactics(self, node, inputs, outputs):
+        x = inputs[0]
+        pairs = self.pairs(node, x.rank, [None if i is None else i.value for i in inputs])
+        if pairs is None:
+            raise self.unsupported(node, "pads or axes not known at build time",
+                                   "make them initializers or computable from constants")
+        mode = node.attrs["mode"]
+        kept = [int(n) - max(-b, 0) - max(-e, 0) for n, (b, e) in zip(x.shape, pairs)]
+        if mode != "constant" and any(k <= 0 and (b > 0 or e > 0) for k, (b, e) in zip(kept, pairs)):
+            raise self.unsupported(node, f"mode {mode!r} padding an empty axis", "there is nothing to repeat")
+        value, index = self.fill_source(node, inputs, x.dtype)
+        return [spatial_kernels.pad_tactic(x, outputs[0], pairs, mode, value, index)]
+
+    def fill_source(self, node, inputs, dtype):
+        """``(host value, None)`` or ``(None, input index)`` of the constant mode's value."""
+        return self.value(node, inputs, dtype), None
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -137,6 +155,15 @@ class Pad(_PadBase):
     def value(self, node, inputs, dtype):
         return _scalar(optional(inputs, 2), dtype)
 
+    def fill_source(self, node, inputs, dtype):
+        info = optional(inputs, 2)
+        if info is None or info.value is not None or 0 in info.shape:
+            return _scalar(None if info is None else info.value, dtype), None
+        if info.dtype != dtype:
+            raise self.unsupported(node, f"a runtime constant_value of dtype {info.dtype} for data of {dtype}",
+                                   "give it the data's dtype or make it an initializer")
+        return None, 2  # read on the device, so it may change between runs
+
 
 # ------------------------------------------------------------------- DepthToSpace
 
@@ -166,6 +193,15 @@ class DepthToSpace(_BlockOp):
         c = dims.derive(lambda v: v // (b * b), c, label=f"div{b * b}") if b > 1 else c
         return [TensorInfo(x.dtype, (n, c, dims.mul(h, b), dims.mul(w, b)))]
 
+    def tactics(self, node, inputs, outputs):
+        b = node.attrs["blocksize"]
+        n, c, h, w = (int(d) for d in inputs[0].shape)
+        if node.attrs["mode"] == "DCR":
+            view, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+        else:
+            view, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+        return [spatial_kernels.block_permute_tactic(inputs[0].shape, view, perm)]
+
     def reference(self, node, inputs):
         x, b = inputs[0], node.attrs["blocksize"]
         n, c, h, w = x.shape
@@ -187,6 +223,12 @@ class SpaceToDepth(_BlockOp):
                 raise ValueError(f"spatial dim {d} is not divisible by blocksize {b}")
         h, w = ((dims.derive(lambda v: v // b, d, label=f"div{b}") if b > 1 else d) for d in (h, w))
         return [TensorInfo(x.dtype, (n, dims.mul(c, b * b), h, w))]
+
+    def tactics(self, node, inputs, outputs):
+        b = node.attrs["blocksize"]
+        n, c, h, w = (int(d) for d in inputs[0].shape)
+        perm = (0, 3, 5, 1, 2, 4) if node.attrs["mode"] == "DCR" else (0, 1, 3, 5, 2, 4)
+        return [spatial_kernels.block_permute_tactic(inputs[0].shape, (n, c, h // b, b, w // b, b), perm)]
 
     def reference(self, node, inputs):
         x, b = inputs[0], node.attrs["blocksize"]
