@@ -16,7 +16,8 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Exact elementwise erf (NumPy has none); returns x's dtype."""
-    return _erf(x.astype(np.float64)).astype(np.float64).astype(x.dtype)
+    # frompyfunc gives a bare Python float for a 0-d input: asarray keeps it an array.
+    return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 class UnaryOp(OpPlugin):
