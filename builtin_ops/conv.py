@@ -338,7 +338,11 @@ class ConvTranspose(_ConvBase):
         return [out.astype(x.dtype)]
 
     def tactics(self, node, inputs, outputs):
-        return [conv_kernels.direct_tactic(self._kernel_geometry(node, inputs, outputs), inputs[0].dtype)]
+        """The direct 2-D kernel for 1-D/2-D nodes, then the N-d direct kernel."""
+        geo = self._kernel_geometry(node, inputs, outputs)
+        dtype = inputs[0].dtype
+        found = [conv_kernels.direct2d_tactic(geo, dtype)] if geo.rank <= 2 else []
+        return found + [conv_kernels.direct_tactic(geo, dtype)]
 
 
 OPS = [Conv, ConvTranspose]

@@ -3,9 +3,9 @@
 - ``direct``: any spatial rank (up to :data:`MAX_RANK`), groups, strides, dilations and
   begin pads (negative pads crop); Conv and ConvTranspose (gather form: an output element
   sums the input positions whose strided, dilated taps land on it).
-- ``direct2d``: Conv with one or two spatial dims, geometry as scalars in one table and
-  the kernel window walked by nested loops; the quick path for depthwise and small-group
-  convolutions, where an implicit GEMM's channel tile would be mostly empty.
+- ``direct2d``: one or two spatial dims, geometry as scalars in one table and the kernel
+  window walked by nested loops; ConvTranspose's fast path, and Conv's for depthwise and
+  small-group convolutions, where an implicit GEMM's channel tile would be mostly empty.
 
 Geometry travels in one small int64 device table per node, so one compiled kernel serves
 every shape and attribute. float16 loads widen to float32 and accumulate in float32;
@@ -173,8 +173,12 @@ def geometry_2d(geo: ConvGeometry) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def direct2d_kernel(acc):
-    """Conv with 1 or 2 spatial dims, one output element per thread, window by nested loops."""
+def direct2d_kernel(acc, transposed: bool):
+    """1 or 2 spatial dims, one output element per thread, the window by nested loops.
+
+    ConvTranspose gathers: output row ``oh`` takes input row ``(oh + ph - kh * dh) / sh``
+    for each tap ``kh`` where that division is exact and lands inside the input.
+    """
 
     @jit
     def conv2d(y, x, w, b, has_bias, n_out, geo):
@@ -183,6 +187,7 @@ def direct2d_kernel(acc):
         oh_size, ow_size = geo[G2_OH], geo[G2_OW]
         kh_size, kw_size = geo[G2_KH], geo[G2_KW]
         sh, sw, dh, dw, ph, pw = geo[G2_SH], geo[G2_SW], geo[G2_DH], geo[G2_DW], geo[G2_PH], geo[G2_PW]
+        taps = kh_size * kw_size
         for i in range(cuda.grid(1), n_out, cuda.gridsize(1)):
             ow = i % ow_size
             rest = i // ow_size
@@ -191,20 +196,34 @@ def direct2d_kernel(acc):
             m = rest % cout
             n = rest // cout
             g = m // mg
-            ih0 = oh * sh - ph
-            iw0 = ow * sw - pw
             total = acc(0)
             for c in range(cg):
-                x_plane = (n * cin + g * cg + c) * height
-                w_base = (m * cg + c) * kh_size * kw_size
+                channel = g * cg + c
+                x_plane = (n * cin + channel) * height
+                if transposed:
+                    w_base = (channel * mg + (m - g * mg)) * taps
+                else:
+                    w_base = (m * cg + c) * taps
                 for kh in range(kh_size):
-                    ih = ih0 + kh * dh
+                    if transposed:
+                        ih = oh + ph - kh * dh
+                        if ih < 0 or ih % sh != 0:
+                            continue
+                        ih //= sh
+                    else:
+                        ih = oh * sh - ph + kh * dh
                     if ih < 0 or ih >= height:
                         continue
                     x_row = (x_plane + ih) * width
                     w_row = w_base + kh * kw_size
                     for kw in range(kw_size):
-                        iw = iw0 + kw * dw
+                        if transposed:
+                            iw = ow + pw - kw * dw
+                            if iw < 0 or iw % sw != 0:
+                                continue
+                            iw //= sw
+                        else:
+                            iw = ow * sw - pw + kw * dw
                         if iw >= 0 and iw < width:
                             total += acc(x[x_row + iw]) * acc(w[w_row + kw])
             if has_bias != 0:
@@ -236,9 +255,9 @@ def direct_tactic(geo: ConvGeometry, dtype) -> Tactic:
 
 
 def direct2d_tactic(geo: ConvGeometry, dtype) -> Tactic:
-    """Conv with 1 or 2 spatial dims (see :func:`direct2d_kernel`)."""
-    assert not geo.transposed and geo.rank in (1, 2)
-    kernel = direct2d_kernel(compute_type(dtype))
+    """Conv or ConvTranspose with 1 or 2 spatial dims (see :func:`direct2d_kernel`)."""
+    assert geo.rank in (1, 2)
+    kernel = direct2d_kernel(compute_type(dtype), geo.transposed)
     table = geometry_2d(geo)
     n_out = geo.out_size
 

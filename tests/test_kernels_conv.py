@@ -77,7 +77,8 @@ def test_conv_dtypes(rng, dtype):
 
 
 def test_conv_tactic_order(rng):
-    """Implicit GEMM leads for wide groups; the direct 2-D kernel for depthwise; N-d last."""
+    """Implicit GEMM leads for wide groups; the direct 2-D kernel for depthwise and
+    ConvTranspose; N-d last."""
     wide = _feeds(rng, "Conv", (1, 8, 5, 5), (8, 8, 3, 3))
     assert _tactic_names("Conv", wide, {}) == ["implicit_gemm", "direct2d", "direct"]
     depthwise = _feeds(rng, "Conv", (1, 4, 5, 5), (4, 1, 3, 3))
@@ -86,6 +87,8 @@ def test_conv_tactic_order(rng):
     assert _tactic_names("Conv", wide64, {}) == ["direct2d", "direct"]
     volume = _feeds(rng, "Conv", (1, 2, 3, 3, 3), (2, 2, 2, 2, 2))
     assert _tactic_names("Conv", volume, {}) == ["direct"]
+    transposed = _feeds(rng, "ConvTranspose", (1, 2, 3, 3), (2, 2, 3, 3))
+    assert _tactic_names("ConvTranspose", transposed, {"strides": [2, 2]}) == ["direct2d", "direct"]
 
 
 @pytest.mark.parametrize(
