@@ -103,6 +103,19 @@ class ReduceOp(OpPlugin):
     def out_dtype(self, dtype):
         return dtype
 
+    def tactics(self, node, inputs, outputs):
+        x, axes_input = inputs[0], optional(inputs, 1)
+        if axes_input is not None and axes_input.value is None:
+            raise self.unsupported(node, "an axes input computed at run time",
+                                   "make axes a constant (an initializer or a folded shape computation)")
+        axes = self.resolve(node, x.rank, self.raw_axes(node, None if axes_input is None else axes_input.value))
+        return self.kernel_tactics(x, axes)
+
+    def kernel_tactics(self, x, axes):
+        from .reduction_kernels import reduce_tactics
+
+        return reduce_tactics(self.op_type, x.shape, axes, x.dtype)
+
     def reference(self, node, inputs):
         x = inputs[0]
         axes = self.resolve(node, x.ndim, self.raw_axes(node, optional(inputs, 1)))
@@ -222,6 +235,11 @@ class ReduceLogSumExp(ReduceOp):
     def empty_value(self, dtype):
         return -np.inf
 
+    def kernel_tactics(self, x, axes):
+        from .softmax_kernels import LOG_SUM_EXP, exp_tactics
+
+        return exp_tactics(LOG_SUM_EXP, x.shape, axes, x.dtype)
+
     def compute(self, x, axes, keep):
         x = _as_float(x)
         if not axes:
@@ -253,6 +271,14 @@ class ArgOp(OpPlugin):
         else:
             shape = [d for i, d in enumerate(x.shape) if i != axis]
         return [TensorInfo(np.int64, shape)]
+
+    def tactics(self, node, inputs, outputs):
+        from .reduction_kernels import arg_tactics
+
+        x = inputs[0]
+        axis = _normalize_axis(node.attrs["axis"], x.rank)
+        return arg_tactics(x.shape, (axis,), x.dtype, is_max=self.op_type == "ArgMax",
+                           last=bool(node.attrs["select_last_index"]))
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -310,6 +336,18 @@ class SoftmaxOp(OpPlugin):
         x = inputs[0]
         return [TensorInfo(x.dtype, x.shape)]
 
+    def reduced_axes(self, node, rank: int) -> tuple:
+        """The axes one softmax row spans: ``axis`` (opset 13 on) or ``axis`` to the end."""
+        axis = self.axis(node, rank)
+        return (axis,) if node.opset >= 13 else tuple(range(axis, rank))
+
+    def tactics(self, node, inputs, outputs):
+        from .softmax_kernels import LOG_SOFTMAX, SOFTMAX, exp_tactics
+
+        x = inputs[0]
+        mode = SOFTMAX if self.op_type == "Softmax" else LOG_SOFTMAX
+        return exp_tactics(mode, x.shape, self.reduced_axes(node, x.rank), x.dtype)
+
     def reference(self, node, inputs):
         x = inputs[0]
         axis = self.axis(node, x.ndim)
@@ -349,6 +387,12 @@ class LogSoftmax(SoftmaxOp):
 
 class Hardmax(SoftmaxOp):
     op_type = "Hardmax"
+
+    def tactics(self, node, inputs, outputs):
+        from .reduction_kernels import arg_tactics
+
+        x = inputs[0]
+        return arg_tactics(x.shape, self.reduced_axes(node, x.rank), x.dtype, hardmax=True)
 
     def compute(self, x, axis):
         out = np.zeros(x.shape, dtype=x.dtype)

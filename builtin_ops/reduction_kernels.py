@@ -1,0 +1,471 @@
+"""CUDA tactics of the Reduce* ops, ArgMax/ArgMin and Hardmax.
+
+Every op here reduces X over a set of axes. On the host the shape is split into kept and
+reduced axes; size-1 axes are dropped and neighbouring axes of one kind merge, so
+ReduceSum over axes (1, 2) of NCHW becomes kept ``[N | HW]`` and reduced ``[C]``. Output
+element ``o`` (the kept axes in C order) reads ``x[koff(o) + roff(r)]`` for
+``r < n_red``, where ``koff``/``roff`` decode an index over small ``(sizes, strides)``
+device tables (one multiply when a side has a single merged axis). One compiled kernel
+thus serves every shape and axes set.
+
+Two kernel forms per op:
+
+- ``block``: ``bx`` threads per output and ``by`` outputs per 2-D block, a shared-memory
+  tree reduction over ``bx`` (best when the reduced axis is long or innermost);
+- ``thread``: one thread per output with a serial loop (coalesced when the innermost
+  axis is kept, and best for short reductions).
+
+Accumulators: float32 for float16/float32, float64 for float64, int64/uint64 for
+integers (sums wrap as in the integer type once stored; ReduceMean's integer total is
+int64 as in the reference), float64 for ReduceL2 of integers. bool (ReduceMax/Min) runs
+as uint8 through a view of the same memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import from_dtype
+
+from plugrt.device import simulated
+from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.tactic import Launch, Tactic
+
+# --------------------------------------------------------------------------- axes view
+
+
+@jit(device=True)
+def offset_of(i, sizes, strides, nd):
+    """Element offset of index ``i`` over merged axes ``sizes``/``strides`` (C order)."""
+    if nd == 1:
+        return i * strides[0]
+    off = 0
+    for d in range(nd - 1, -1, -1):
+        size = sizes[d]
+        off += (i % size) * strides[d]
+        i //= size
+    return off
+
+
+def _merge(shape, reduced) -> tuple[list, list]:
+    """``(kept, red)`` lists of merged ``[size, stride]`` axes (size-1 axes dropped)."""
+    strides = c_strides(shape) if len(shape) else np.zeros(0, np.int64)
+    kept, red, last = [], [], None
+    for axis, size in enumerate(shape):
+        if size == 1:
+            continue
+        kind = axis in reduced
+        group = red if kind else kept
+        if kind is last:
+            group[-1] = [group[-1][0] * int(size), int(strides[axis])]
+        else:
+            group.append([int(size), int(strides[axis])])
+        last = kind
+    return kept, red
+
+
+@dataclass(frozen=True)
+class AxesView:
+    """X of ``shape`` reduced over ``reduced`` axes: outputs by reduced elements."""
+
+    shape: tuple
+    reduced: tuple
+
+    @functools.cached_property
+    def merged(self) -> tuple[list, list]:
+        return _merge(tuple(int(d) for d in self.shape), set(self.reduced))
+
+    @property
+    def n_out(self) -> int:
+        return int(np.prod([s for s, _ in self.merged[0]], dtype=np.int64))
+
+    @property
+    def n_red(self) -> int:
+        return int(np.prod([s for s, _ in self.merged[1]], dtype=np.int64))
+
+    @property
+    def innermost_reduced(self) -> bool:
+        """True when the reduced elements of one output are contiguous in memory's last axis."""
+        red = self.merged[1]
+        return bool(red) and red[-1][1] == 1
+
+    def tables(self) -> tuple:
+        """Kernel arguments ``ksizes, kstrides, nk, rsizes, rstrides, nr`` (device arrays)."""
+        args = []
+        for group in self.merged:
+            table = np.asarray(group if group else [[1, 0]], dtype=np.int64)
+            args += [to_device(table[:, 0]), to_device(table[:, 1]), np.int64(len(group))]
+        return tuple(args)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def block_shape(n_out: int, n_red: int) -> tuple[int, int]:
+    """GPU block ``(bx, by)``: about four elements per thread, 32 to 1024 threads per
+    output, outputs stacked until a block has 256 threads."""
+    bx = min(1024, max(32, _pow2_at_least(-(-max(n_red, 1) // 4))))
+    by = min(max(1, 256 // bx), _pow2_at_least(max(n_out, 1)))
+    return bx, by
+
+
+def launch_shape(n_out: int, bx: int, by: int) -> tuple[int, int, int]:
+    """``(grid, bx, by)`` actually launched: a few threads under the simulator."""
+    if simulated():
+        bx, by = (4, 2) if by > 1 else (8, 1)
+        return min(-(-n_out // by), 2), bx, by
+    return min(-(-n_out // by), 65535), bx, by
+
+
+def make_tree(combine, bx: int):
+    """A device function reducing ``value`` over the ``bx`` threads of one block row
+    (``sm[lead : lead + bx]``) with ``combine``; every thread of the block must call it."""
+
+    @jit(device=True)
+    def tree(sm, lead, tx, value):
+        sm[lead + tx] = value
+        cuda.syncthreads()
+        step = bx // 2
+        while step > 0:
+            if tx < step:
+                sm[lead + tx] = combine(sm[lead + tx], sm[lead + tx + step])
+            cuda.syncthreads()
+            step //= 2
+        result = sm[lead]
+        cuda.syncthreads()  # the next use overwrites the row
+        return result
+
+    return tree
+
+
+# --------------------------------------------------------------------------- Reduce* math
+
+
+def accumulator(op: str, dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+    if op == "ReduceL2":
+        return np.dtype(np.float64)
+    return np.dtype(np.uint64) if dtype.kind in "ub" else np.dtype(np.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def reduce_parts(op: str, dtype_name: str):
+    """``(acc type, identity, load, combine, post)`` of a Reduce* op on ``dtype_name``.
+
+    ``load(v)`` maps a stored element into the accumulator (square, abs),
+    ``combine(a, b)`` folds, ``post(total, n)`` finishes (mean, sqrt, log).
+    """
+    dtype = np.dtype(dtype_name)
+    acc_dtype = accumulator(op, dtype)
+    A = acc_dtype.type
+    floating = acc_dtype.kind == "f"
+    signed = dtype.kind in "fi"
+    zero = A(0)
+
+    if op in ("ReduceSumSquare", "ReduceL2"):
+        @jit(device=True)
+        def load(v):
+            a = A(v)
+            return a * a
+    elif op == "ReduceL1" and signed:
+        @jit(device=True)
+        def load(v):
+            return abs(A(v))
+    else:
+        @jit(device=True)
+        def load(v):
+            return A(v)
+
+    if op == "ReduceProd":
+        identity = A(1)
+
+        @jit(device=True)
+        def combine(a, b):
+            return a * b
+    elif op in ("ReduceMax", "ReduceMin"):
+        if floating:
+            identity = A(-np.inf if op == "ReduceMax" else np.inf)
+        else:
+            low, high = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+            identity = A(low if op == "ReduceMax" else high)
+        if op == "ReduceMax":
+            @jit(device=True)
+            def combine(a, b):
+                if a != a or a > b:  # NaN propagates, as np.max
+                    return a
+                return b
+        else:
+            @jit(device=True)
+            def combine(a, b):
+                if a != a or a < b:
+                    return a
+                return b
+    else:
+        identity = zero
+
+        @jit(device=True)
+        def combine(a, b):
+            return a + b
+
+    if op == "ReduceMean" and floating:
+        @jit(device=True)
+        def post(total, n):
+            return total / A(n)
+    elif op == "ReduceMean" and signed:
+        @jit(device=True)
+        def post(total, n):
+            if n == 0:
+                return zero
+            q = abs(total) // n  # truncate toward zero
+            if total < 0:
+                return -q
+            return q
+    elif op == "ReduceMean":
+        @jit(device=True)
+        def post(total, n):
+            if n == 0:
+                return zero
+            return total // A(n)
+    elif op == "ReduceL2":
+        @jit(device=True)
+        def post(total, n):
+            return math.sqrt(total)
+    elif op == "ReduceLogSum":
+        @jit(device=True)
+        def post(total, n):
+            return math.log(total)
+    else:
+        @jit(device=True)
+        def post(total, n):
+            return total
+
+    return A, identity, load, combine, post
+
+
+# --------------------------------------------------------------------------- Reduce* kernels
+
+
+@functools.lru_cache(maxsize=None)
+def reduce_block_kernel(op: str, dtype_name: str, bx: int, by: int):
+    A, identity, load, combine, post = reduce_parts(op, dtype_name)
+    shared_type = from_dtype(np.dtype(A))
+    threads = bx * by
+    tree = make_tree(combine, bx)
+
+    @jit
+    def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
+        tx = cuda.threadIdx.x
+        lead = cuda.threadIdx.y * bx
+        sm = cuda.shared.array(threads, shared_type)
+        for first in range(cuda.blockIdx.x * by, n_out, cuda.gridDim.x * by):
+            o = first + cuda.threadIdx.y
+            acc = identity
+            if o < n_out:
+                base = offset_of(o, ksizes, kstrides, nk)
+                for r in range(tx, n_red, bx):
+                    acc = combine(acc, load(x[base + offset_of(r, rsizes, rstrides, nr)]))
+            total = tree(sm, lead, tx, acc)
+            if o < n_out and tx == 0:
+                out[o] = post(total, n_red)
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def reduce_thread_kernel(op: str, dtype_name: str):
+    A, identity, load, combine, post = reduce_parts(op, dtype_name)
+
+    @jit
+    def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
+        for o in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            base = offset_of(o, ksizes, kstrides, nk)
+            acc = identity
+            for r in range(n_red):
+                acc = combine(acc, load(x[base + offset_of(r, rsizes, rstrides, nr)]))
+            out[o] = post(acc, n_red)
+
+    return kernel
+
+
+def _storage(array, dtype):
+    """bool data runs as uint8 through a view of the same memory."""
+    array = flat(array)
+    return array.view(np.uint8) if np.dtype(dtype) == np.bool_ else array
+
+
+def view_tactics(view: AxesView, make_block, make_thread, prefer_thread: bool, extra_args=(),
+                 dtype=None) -> list[Tactic]:
+    """The ``block`` and ``thread`` tactics of a kernel pair over ``view``.
+
+    ``make_block(bx, by)`` and ``make_thread()`` return compiled kernels taking
+    ``(x, out, n_out, n_red, *tables, *extra_args)``.
+    """
+    n_out, n_red = view.n_out, view.n_red
+    bx, by = block_shape(n_out, n_red)
+
+    def args(ins, outs):
+        return (_storage(ins[0], dtype), _storage(outs[0], dtype), np.int64(n_out), np.int64(n_red),
+                *view.tables(), *extra_args)
+
+    def block(ins, outs, workspace):
+        if n_out == 0:
+            return []
+        grid, lbx, lby = launch_shape(n_out, bx, by)
+        return [Launch(make_block(lbx, lby), grid, (lbx, lby), args(ins, outs))]
+
+    def thread(ins, outs, workspace):
+        if n_out == 0:
+            return []
+        blocks, threads = grid_1d(n_out)
+        return [Launch(make_thread(), blocks, threads, args(ins, outs))]
+
+    found = [Tactic("block", block, {"block": [bx, by]}), Tactic("thread", thread, {})]
+    return found[::-1] if prefer_thread else found
+
+
+def prefers_thread(view: AxesView) -> bool:
+    """The heuristic order: one thread per output for short reductions, or for many
+    outputs whose innermost axis is kept (neighbouring threads read neighbouring data)."""
+    return view.n_red <= 8 or (not view.innermost_reduced and view.n_out >= 4096)
+
+
+def reduce_tactics(op: str, shape, axes, dtype) -> list[Tactic]:
+    """Tactics of Reduce* ``op`` (not ReduceLogSumExp) over resolved ``axes``."""
+    view = AxesView(tuple(shape), tuple(axes))
+    name = np.dtype(dtype).name
+    return view_tactics(view, lambda bx, by: reduce_block_kernel(op, name, bx, by),
+                        lambda: reduce_thread_kernel(op, name), prefers_thread(view), dtype=dtype)
+
+
+# --------------------------------------------------------------------------- ArgMax, ArgMin, Hardmax
+
+
+def value_type(dtype):
+    """The type extremum searches compare ``dtype`` in."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.float64 if dtype == np.float64 else np.float32
+    return np.uint64 if dtype.kind == "u" else np.int64
+
+
+@functools.lru_cache(maxsize=None)
+def arg_better(is_max: bool, last: bool):
+    """``better(vb, ib, va, ia)``: candidate b beats a (index -1: none yet). NaN counts as
+    the extremum and ties go to the first index (the last with ``last``), as NumPy."""
+
+    @jit(device=True)
+    def later(ib, ia):
+        if last:
+            return ib > ia
+        return ib < ia
+
+    @jit(device=True)
+    def better(vb, ib, va, ia):
+        if ib < 0:
+            return False
+        if ia < 0:
+            return True
+        if va != va:
+            return vb != vb and later(ib, ia)
+        if vb != vb:
+            return True
+        if vb == va:
+            return later(ib, ia)
+        if is_max:
+            return vb > va
+        return vb < va
+
+    return better
+
+
+@functools.lru_cache(maxsize=None)
+def arg_block_kernel(dtype_name: str, is_max: bool, last: bool, hardmax: bool, bx: int, by: int):
+    """Index of the extremum per output (``hardmax``: a one-hot row in X's layout)."""
+    V = value_type(dtype_name)
+    shared_type = from_dtype(np.dtype(V))
+    better = arg_better(is_max, last)
+    index_type = from_dtype(np.dtype(np.int64))
+    threads = bx * by
+    one, zero = V(1), V(0)
+
+    @jit
+    def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
+        tx = cuda.threadIdx.x
+        lead = cuda.threadIdx.y * bx
+        slot = lead + tx
+        sv = cuda.shared.array(threads, shared_type)
+        si = cuda.shared.array(threads, index_type)
+        for first in range(cuda.blockIdx.x * by, n_out, cuda.gridDim.x * by):
+            o = first + cuda.threadIdx.y
+            best = zero
+            index = -1
+            base = 0
+            if o < n_out:
+                base = offset_of(o, ksizes, kstrides, nk)
+                for r in range(tx, n_red, bx):
+                    v = V(x[base + offset_of(r, rsizes, rstrides, nr)])
+                    if better(v, r, best, index):
+                        best = v
+                        index = r
+            sv[slot] = best
+            si[slot] = index
+            cuda.syncthreads()
+            step = bx // 2
+            while step > 0:
+                if tx < step and better(sv[slot + step], si[slot + step], sv[slot], si[slot]):
+                    sv[slot] = sv[slot + step]
+                    si[slot] = si[slot + step]
+                cuda.syncthreads()
+                step //= 2
+            found = si[lead]
+            cuda.syncthreads()
+            if o < n_out:
+                if hardmax:
+                    for r in range(tx, n_red, bx):
+                        out[base + offset_of(r, rsizes, rstrides, nr)] = one if r == found else zero
+                elif tx == 0:
+                    out[o] = max(found, 0)
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def arg_thread_kernel(dtype_name: str, is_max: bool, last: bool, hardmax: bool):
+    V = value_type(dtype_name)
+    better = arg_better(is_max, last)
+    one, zero = V(1), V(0)
+
+    @jit
+    def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
+        for o in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            base = offset_of(o, ksizes, kstrides, nk)
+            best = zero
+            index = -1
+            for r in range(n_red):
+                v = V(x[base + offset_of(r, rsizes, rstrides, nr)])
+                if better(v, r, best, index):
+                    best = v
+                    index = r
+            if hardmax:
+                for r in range(n_red):
+                    out[base + offset_of(r, rsizes, rstrides, nr)] = one if r == index else zero
+            else:
+                out[o] = max(index, 0)
+
+    return kernel
+
+
+def arg_tactics(shape, axes, dtype, is_max: bool = True, last: bool = False,
+                hardmax: bool = False) -> list[Tactic]:
+    """ArgMax/ArgMin over ``axes`` (one axis; int64 output), or with ``hardmax`` the one-hot
+    rows over ``axes`` in X's layout (first maximum in C order over the axes)."""
+    view = AxesView(tuple(int(d) for d in shape), tuple(axes))
+    name = np.dtype(dtype).name
+    return view_tactics(view, lambda bx, by: arg_block_kernel(name, is_max, last, hardmax, bx, by),
+                        lambda: arg_thread_kernel(name, is_max, last, hardmax), prefers_thread(view))
