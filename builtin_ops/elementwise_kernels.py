@@ -328,15 +328,31 @@ def _identity(x):
 
 @functools.lru_cache(maxsize=None)
 def cast(source, target):
-    """Cast's device function: the kernel's store converts (float to int truncates toward
-    zero, int to int wraps); only a cast to bool compares with zero (NaN is True)."""
+    """Cast's device function. To bool: compare with zero (NaN is True). To an integer:
+    convert explicitly (float to int truncates toward zero, int to int wraps) so the
+    simulator, which stores through NumPy, wraps as the GPU does. To a float: the
+    kernel's store converts (rounding to nearest)."""
     source, target = np.dtype(source), np.dtype(target)
-    if target != BOOL or source == BOOL:
-        return _identity
-    zero = scalar_type(source)(0)
+    if target == BOOL:
+        return _identity if source == BOOL else _nonzero(scalar_type(source))
+    if target.kind in "iu":
+        return _convert(target.type)
+    return _identity
+
+
+def _nonzero(t):
+    zero = t(0)
 
     @jit(device=True)
     def nonzero(x):
         return x != zero
 
     return nonzero
+
+
+def _convert(t):
+    @jit(device=True)
+    def convert(x):
+        return t(x)
+
+    return convert
