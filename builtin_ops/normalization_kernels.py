@@ -26,7 +26,7 @@ import numpy as np
 from numba import types
 
 from plugrt.device import simulated
-from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.kernels import c_strides, cuda, flat, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 # How a scale or bias is indexed at element (r, c) of the row view.
@@ -189,9 +189,9 @@ def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: in
             if valid:
                 s_row = one
                 b_row = zero
-                if scale_mode == PER_ROW:
+                if scale_mode == PER_ROW and cols > 0:
                     s_row = acc(scale[r % s_period])
-                if bias_mode == PER_ROW:
+                if bias_mode == PER_ROW and cols > 0:
                     b_row = acc(bias[r % b_period])
                 for c in range(tx, cols, bx):
                     i = base + c

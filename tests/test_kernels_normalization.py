@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugrt.testing import check_node, single_node_model, node_tactics
+from plugrt.device import simulated
+from plugrt.kernels import broadcast_strides
 from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
+from plugrt.testing import check_node, node_tactics, single_node_model
+from plugrt_builtin_ops.normalization_kernels import PER_COL, PER_ROW, TABLE, RowView, param_index
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: dict(rtol=3e-3, atol=3e-3), F32: dict(rtol=2e-4, atol=2e-5), F64: dict(rtol=1e-10, atol=1e-12)}
@@ -25,6 +28,27 @@ def tactic_names(op, feeds, attrs=None, constants=(), n_outputs=1, opset=17):
     registry = default_registry()
     graph = import_model(single_node_model(op, feeds, attrs, constants, "", opset, n_outputs), registry=registry)
     return [t.name for t in node_tactics(graph, registry)]
+
+
+# --------------------------------------------------------------------------- row view
+
+
+def test_row_view_offsets_follow_any_axes():
+    view = RowView((2, 3, 4), (0, 2))
+    rows, cols = view.x_tables()
+    index = np.arange(24).reshape(2, 3, 4).transpose(1, 0, 2).reshape(3, 8)
+    np.testing.assert_array_equal(rows[:, None] + cols[None, :], index)
+    assert not view.contiguous and RowView((2, 3, 4), (1, 2)).contiguous
+
+
+def test_param_index_modes():
+    shape = (2, 3, 5)
+    trailing = RowView(shape, (2,))
+    assert param_index(trailing, broadcast_strides((5,), shape)).mode == PER_COL
+    per_channel = param_index(RowView(shape, (2,)), np.array([0, 1, 0]))
+    assert (per_channel.mode, per_channel.period) == (PER_ROW, 3)
+    assert param_index(trailing, broadcast_strides((1,), shape)).period == 1
+    assert param_index(RowView(shape, (1, 2)), broadcast_strides((3, 1), shape)).mode == TABLE
 
 
 # --------------------------------------------------------------------------- LayerNormalization
@@ -63,8 +87,11 @@ def test_layernorm_constant_params_and_large_mean(rng):
     check_node("LayerNormalization", feeds, {"axis": -1}, constants={"s", "b"}, n_outputs=3, rtol=2e-3, atol=2e-3)
 
 
-def test_layernorm_empty_rows(rng):
-    feeds = {"x": rand(rng, (0, 4)), "s": rand(rng, (4,)), "b": rand(rng, (4,))}
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's mean of an empty row
+def test_layernorm_empty(rng, shape):
+    """No rows: nothing to launch; empty rows: Y is empty, Mean and InvStdDev are NaN."""
+    feeds = {"x": rand(rng, shape), "s": rand(rng, shape[1:]), "b": rand(rng, shape[1:])}
     check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3)
 
 
@@ -184,3 +211,30 @@ def test_lrn_sizes(rng, size):
 @pytest.mark.parametrize("shape, dtype", [((3, 4), F32), ((1, 6, 5), F16), ((2, 3, 3), F64), ((0, 3), F32)])
 def test_lrn_shapes_dtypes(rng, shape, dtype):
     check_node("LRN", {"x": rand(rng, shape, dtype)}, {"size": 3, "alpha": 0.1}, **TOL[dtype])
+
+
+# --------------------------------------------------------------------------- real GPU geometries
+
+@pytest.mark.gpu
+@pytest.mark.skipif(simulated(), reason="GPU only: the simulator launches a few threads")
+@pytest.mark.parametrize("shape", [(512, 32), (64, 768), (4, 5000), (3, 100003)])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_gpu_layernorm_full_blocks(rng, shape, dtype):
+    """Every block shape the heuristic picks, at transformer sizes (bx 32 to 1024, stacked rows)."""
+    feeds = {"x": rand(rng, shape, dtype, offset=2.0), "s": rand(rng, shape[-1:], dtype), "b": rand(rng, shape[-1:], dtype)}
+    check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3, **TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(simulated(), reason="GPU only: the simulator launches a few threads")
+def test_gpu_other_ops_full_size(rng):
+    check_node("InstanceNormalization", {"x": rand(rng, (2, 8, 1000)), "s": rand(rng, (8,)), "b": rand(rng, (8,))},
+               **TOL[F32])
+    check_node("GroupNormalization", {"x": rand(rng, (2, 32, 7, 7)), "s": rand(rng, (32,)), "b": rand(rng, (32,))},
+               {"num_groups": 8}, opset=21, **TOL[F32])
+    check_node("MeanVarianceNormalization", {"x": rand(rng, (4, 8, 16, 16))}, opset=13, **TOL[F32])
+    check_node("BatchNormalization", _bn_feeds(rng, (8, 64, 14, 14)), opset=15, constants={"s", "b", "m", "v"},
+               **TOL[F32])
+    check_node("BatchNormalization", _bn_feeds(rng, (16, 8, 9, 9)), {"training_mode": 1}, opset=15, n_outputs=3,
+               **TOL[F32])
+    check_node("LRN", {"x": rand(rng, (2, 16, 8, 8))}, {"size": 5}, **TOL[F32])
