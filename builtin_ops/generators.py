@@ -18,7 +18,7 @@ from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, OpPlugin, TensorInfo, optional
 
 from . import generator_kernels
-from .shape import INT64, _axis, _fresh, _ints, _length, _require_int, _value
+from .shape import INT64, _axis, _fresh, _ints, _length, _require_int, _value, concrete_shapes
 
 class Trilu(OpPlugin):
     op_type = "Trilu"
@@ -39,6 +39,7 @@ class Trilu(OpPlugin):
         k = 0 if optional(inputs, 1) is None else _ints(inputs[1])[0]
         return [np.triu(x, k) if node.attrs["upper"] else np.tril(x, k)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [generator_kernels.trilu_tactic(inputs[0].shape, bool(node.attrs["upper"]), optional(inputs, 1))]
 
@@ -69,6 +70,7 @@ class Shape(OpPlugin):
         start, end = self._range(node, inputs[0].ndim)
         return [np.array(inputs[0].shape[start:end], dtype=np.int64)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         start, end = self._range(node, inputs[0].rank)
         return [generator_kernels.table_tactic(np.array(inputs[0].shape[start:end], dtype=np.int64))]
@@ -85,6 +87,7 @@ class Size(OpPlugin):
     def reference(self, node, inputs):
         return [np.array(inputs[0].size, dtype=np.int64)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [generator_kernels.table_tactic(np.array(math.prod(inputs[0].shape), dtype=np.int64))]
 
@@ -126,6 +129,7 @@ class ConstantOfShape(OpPlugin):
         fill = self._fill(node)
         return [np.full(tuple(_ints(inputs[0])), fill.reshape(-1)[0], dtype=fill.dtype)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [generator_kernels.fill_tactic(self._fill(node))]
 
@@ -170,6 +174,7 @@ class Constant(OpPlugin):
     def reference(self, node, inputs):
         return [self._array(node).copy()]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [generator_kernels.table_tactic(self._array(node))]
 
@@ -218,6 +223,7 @@ class Range(OpPlugin):
         out = np.arange(compute.type(start), float(limit), float(delta), dtype=compute)[:n]
         return [out.astype(dtype)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         stash32 = node.opset >= 27 and inputs[0].dtype == np.float16 and node.attrs["stash_type"] == 1
         return [generator_kernels.range_tactic(inputs[0].dtype, stash32, inputs[0], inputs[2])]
@@ -251,6 +257,7 @@ class OneHot(OpPlugin):
         hit = np.expand_dims(idx, axis) == classes
         return [np.where(hit, values[1], values[0]).astype(values.dtype)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         indices, _, values = inputs
         axis = _axis(node, node.attrs["axis"], indices.rank + 1)

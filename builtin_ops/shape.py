@@ -12,6 +12,7 @@ Split's split and Squeeze/Unsqueeze's axes (13). The older forms are implemented
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,7 +23,6 @@ from plugrt.ir import dims
 from plugrt.ir.dims import format_shape
 from plugrt.kernels import broadcast_strides, c_strides
 from plugrt.plugin import FLOAT_DTYPES, SHAPE, VARIADIC, Attr, OpPlugin, TensorInfo, optional
-from plugrt.tactic import Tactic
 
 from . import shape_kernels
 
@@ -80,6 +80,22 @@ def _unify(dim_list):
     return dim_list[0]
 
 
+def concrete_shapes(tactics):
+    """Wrap an op's ``tactics`` to refuse shapes still symbolic at build time, which is
+    how an output shape that depends on a runtime input's values (a Squeeze's axes, a
+    Tile's repeats fed as graph inputs) reaches it."""
+
+    @functools.wraps(tactics)
+    def checked(self, node, inputs, outputs):
+        for info in [*inputs, *outputs]:
+            if info is not None and not info.is_static:
+                raise self.unsupported(node, f"a tensor of shape {format_shape(info.shape)} not known at build time",
+                                       "make the shape operands constants or shape-tensor inputs")
+        return tactics(self, node, inputs, outputs)
+
+    return checked
+
+
 class MoveOp(OpPlugin):
     groups = _MOVES
 
@@ -87,6 +103,7 @@ class MoveOp(OpPlugin):
 class CopyOp(MoveOp):
     """An op whose output holds the input's elements in the same order (a new shape)."""
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [shape_kernels.copy_tactic()]
 
@@ -211,6 +228,7 @@ class Transpose(MoveOp):
         x = inputs[0]
         return [np.transpose(x, self._perm(node, x.ndim))]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         strides = c_strides(x.shape)[self._perm(node, x.rank)]
@@ -262,6 +280,7 @@ class Concat(MoveOp):
     def reference(self, node, inputs):
         return [np.concatenate(inputs, axis=self._axis_of(node, inputs[0].ndim))]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         axis = self._axis_of(node, inputs[0].rank)
         return [shape_kernels.concat_tactic([i.shape for i in inputs], axis, outputs[0].shape)]
@@ -327,6 +346,7 @@ class Split(MoveOp):
         bounds = np.cumsum(self.sizes(node, x.shape[axis], split))[:-1]
         return list(np.split(x, bounds, axis=axis))
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         axis = _axis(node, node.attrs["axis"], x.rank)
@@ -414,6 +434,7 @@ class Slice(MoveOp):
         index = tuple(onnx_slice(*per_axis[a], x.shape[a]) if a in per_axis else slice(None) for a in range(x.ndim))
         return [x[index]]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         values = [None if i is None else _value(i) for i in inputs[1:]]
@@ -533,6 +554,7 @@ class Gather(MoveOp):
         axis = _axis(node, node.attrs["axis"], x.ndim)
         return [np.take(x, _wrap(idx, x.shape[axis]), axis=axis)]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         x, idx = inputs
         axis = _axis(node, node.attrs["axis"], x.rank)
@@ -563,6 +585,7 @@ class GatherElements(MoveOp):
         grid[axis] = _wrap(idx, x.shape[axis])
         return [x[tuple(grid)]]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         x, idx = inputs
         axis = _axis(node, node.attrs["axis"], x.rank)
@@ -595,6 +618,7 @@ class Expand(MoveOp):
         x, shape = inputs
         return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape)))))]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         out_shape = outputs[0].shape
         return [shape_kernels.strided_tactic(out_shape, broadcast_strides(inputs[0].shape, out_shape))]
@@ -622,6 +646,7 @@ class Tile(MoveOp):
     def reference(self, node, inputs):
         return [np.tile(inputs[0], _ints(inputs[1]))]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [shape_kernels.tile_tactic(inputs[0].shape, outputs[0].shape)]
 
@@ -687,20 +712,11 @@ class Dropout(OpPlugin):
         mask = np.ones(x.shape, dtype=BOOL if node.opset >= 10 else x.dtype)
         return [x.copy(), mask]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        training = optional(inputs, 2)
-        if node.opset >= 12 and training is not None and training.value is None:
-            raise self.unsupported(node, "a training_mode input computed at run time",
-                                   "make training_mode a constant False (an inference export)")
-        copy = shape_kernels.copy_tactic()
-
-        def launches(ins, outs, workspace):
-            result = list(copy.launches(ins, outs[:1], workspace))
-            if len(outs) > 1 and outs[1] is not None:
-                result += shape_kernels.fill_launch(outs[1], np.ones(1, outs[1].dtype))
-            return result
-
-        return [Tactic("copy", launches)]
+        training = optional(inputs, 2) if node.opset >= 12 else None
+        ratio = optional(inputs, 1) if node.opset >= 12 else None
+        return [shape_kernels.dropout_tactic(inputs[0].dtype, training, ratio)]
 
 
 OPS = (

@@ -63,6 +63,17 @@ def fill_kernel(out, value, n):
 
 
 @jit
+def guarded_copy_kernel(out, x, n, flag, value, value_mask, poison):
+    """``out = x``, or ``poison`` everywhere when ``flag[0]`` and ``value[0] & value_mask``."""
+    spoil = flag[0] != 0 and (value[0] & value_mask) != 0
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if spoil:
+            out[i] = poison
+        else:
+            out[i] = x[i]
+
+
+@jit
 def strided_kernel(out, x, n, ndim, oshape, strides, base):
     """``out[i] = x[base + sum_d coord_d(i) * strides[d]]`` (strides may be 0 or negative)."""
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -104,10 +115,11 @@ def tiled_transpose_kernel(tile: int, rows: int, itemsize: int):
     other axes) give the tile's input and output base offsets through ``rin``/``rout``.
     """
     element = from_dtype(_UINT[itemsize])
+    width = tile + 1  # a closure int, so the tile's shape is a literal tuple for Numba
 
     @jit
     def kernel(out, x, total, tiles_p, tiles_q, size_p, size_q, in_q, out_p, nrest, rshape, rin, rout):
-        buf = cuda.shared.array((tile, tile + 1), element)
+        buf = cuda.shared.array((tile, width), element)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         for t in range(cuda.blockIdx.x, total, cuda.gridDim.x):
@@ -223,6 +235,38 @@ def copy_tactic() -> Tactic:
 
     def launches(ins, outs, workspace):
         return copy_launch(bits(outs[0]), bits(ins[0]), _size(outs[0].shape))
+
+    return Tactic("copy", launches)
+
+
+def dropout_tactic(x_dtype, training_info, ratio_info) -> Tactic:
+    """Inference Dropout: ``out = x`` and a mask of ones. When ``training_mode`` may be
+    true (known true with a runtime ratio, or itself a runtime tensor) the kernel checks
+    it and the ratio on the device, and where the run asks for random dropping (which
+    plugrt does not implement) writes NaN, never a plausible undropped result."""
+    x_dtype = np.dtype(x_dtype)
+    poison = host_bits(np.array([np.nan], x_dtype))[0]
+
+    def launches(ins, outs, workspace):
+        n = _size(outs[0].shape)
+        if training_info is None or (training_info.value is not None and not training_info.value.any()):
+            result = copy_launch(bits(outs[0]), bits(ins[0]), n)
+        elif n == 0:
+            result = []
+        else:
+            if ratio_info is None or ratio_info.value is not None:
+                ratio = 0.5 if ratio_info is None else ratio_info.value
+                value = to_device(host_bits(np.array(ratio, dtype=x_dtype if ratio_info is None else ratio_info.dtype)))
+            else:
+                value = bits(ins[1])
+            magnitude = np.iinfo(value.dtype).max >> 1  # every bit but the sign: -0.0 is 0
+            blocks, threads = grid_1d(n)
+            flag = bits(ins[2]) if training_info.value is None else to_device(host_bits(training_info.value))
+            args = (bits(outs[0]), bits(ins[0]), np.int64(n), flag, value, value.dtype.type(magnitude), poison)
+            result = [Launch(guarded_copy_kernel, blocks, threads, args)]
+        if len(outs) > 1 and outs[1] is not None:
+            result += fill_launch(outs[1], np.ones(1, outs[1].dtype))
+        return result
 
     return Tactic("copy", launches)
 

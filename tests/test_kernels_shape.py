@@ -102,8 +102,27 @@ def test_dropout_training_mode_input(rng, registry):
     x = _data(rng, (2, 3))
     feeds = {"x": x, "ratio": np.array(0.3, np.float32), "training_mode": np.array(False)}
     check_node("Dropout", feeds, constants={"ratio", "training_mode"}, n_outputs=2)
-    with pytest.raises(UnsupportedError, match="training_mode"):
+    # A runtime training_mode (or ratio) is checked on the device: no dropping is a copy ...
+    for ratio, training in [(0.3, False), (0.0, True), (-0.0, True)]:
+        feeds = {"x": x, "ratio": np.array(ratio, np.float32), "training_mode": np.array(training)}
+        _runtime(registry, "Dropout", feeds, n_outputs=2)
         _runtime(registry, "Dropout", feeds, constants={"ratio"}, n_outputs=2)
+    _runtime(registry, "Dropout", {"x": x, "ratio": np.array(0.0), "training_mode": np.array(True)},
+             constants={"training_mode"}, n_outputs=2)
+
+
+def test_dropout_runtime_training_with_nonzero_ratio_poisons(registry, rng):
+    x = _data(rng, (5,), np.float16)
+    feeds = {"x": x, "ratio": np.array(0.5, np.float16), "training_mode": np.array(True)}
+    graph = import_model(single_node_model("Dropout", feeds, n_outputs=2), registry=registry)
+    node = graph.nodes[0]
+    op = registry.op(node)
+    (tactic,) = op.tactics(node, [graph.info(n) for n in node.inputs], [graph.info(n) for n in node.outputs])
+    ins = [cuda.to_device(a) for a in feeds.values()]
+    outs = [cuda.device_array(5, np.float16), cuda.device_array(5, np.bool_)]
+    for launch in tactic.launches(ins, outs, None):
+        launch.kernel[launch.grid, launch.block, 0, launch.shared_bytes](*launch.args)
+    assert np.isnan(outs[0].copy_to_host()).all()
 
 
 # --------------------------------------------------------------------------- strided copies
