@@ -88,7 +88,7 @@ def _mod(t, fmod: int):
 
         @jit(device=True)
         def float_mod(a, b):
-            if b == zero:
+            if b == zero or a - a != zero:  # C fmod's NaN cases (the simulator's math raises)
                 return nan
             r = math.fmod(a, b)
             if fmod == 0 and r != zero and (r < zero) != (b < zero):

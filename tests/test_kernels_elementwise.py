@@ -95,11 +95,17 @@ def test_mod_sign_rules(rng, dtype, fmod):
     else:
         a = np.array([-7.5, 7.5, -7.5, 7.5, 6.0, -6.0, 0.0, 5.0, 1.25], dtype)
         b = np.array([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, 4.0, 0.0, 0.5], dtype)
-    if np.dtype(dtype).kind == "f" and fmod == 0:
-        pass  # ONNX requires fmod=1 for floats; the reference still defines fmod=0
     _check("Mod", {"a": a, "b": b}, {"fmod": fmod}, dtype=dtype)
     x, y = _values(rng, (3, 1, 4), dtype), _values(rng, (5, 1), dtype, nonzero=True)
     _check("Mod", {"a": x, "b": y}, {"fmod": fmod}, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_float_mod_edge_cases(dtype, fmod):
+    a = np.array([np.inf, -np.inf, np.nan, 5.0, -5.0, 0.0, -0.0, 3.0], dtype)
+    b = np.array([2.0, 3.0, 2.0, np.inf, np.inf, 0.0, 2.0, -np.inf], dtype)
+    _check("Mod", {"a": a, "b": b}, {"fmod": fmod}, dtype=dtype)
 
 
 # ---------------------------------------------------------------------- Pow
