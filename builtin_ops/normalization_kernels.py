@@ -229,10 +229,12 @@ def _pow2_at_least(n: int) -> int:
 def row_geometries(rows: int, cols: int) -> list[tuple[int, int]]:
     """GPU block shapes ``(bx, by)`` for the row kernel, best first.
 
-    About four columns per thread, 32 to 1024 threads per row, and rows stacked until a
+    About four columns per thread, 32 to 256 threads per row, and rows stacked until a
     block has 256 threads; then the plain one-row 256-thread block as an alternative.
+    Blocks stay at 256 threads: the kernel takes 70-125 registers a thread (ptxas, sm_90),
+    too many for 1024-thread blocks.
     """
-    bx = min(1024, max(32, _pow2_at_least(-(-max(cols, 1) // 4))))
+    bx = min(256, max(32, _pow2_at_least(-(-max(cols, 1) // 4))))
     by = min(max(1, 256 // bx), _pow2_at_least(max(rows, 1)))
     best = (bx, by)
     return [best] if best == (256, 1) else [best, (256, 1)]

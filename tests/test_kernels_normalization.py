@@ -220,7 +220,7 @@ def test_lrn_shapes_dtypes(rng, shape, dtype):
 @pytest.mark.parametrize("shape", [(512, 32), (64, 768), (4, 5000), (3, 100003)])
 @pytest.mark.parametrize("dtype", [F32, F16])
 def test_gpu_layernorm_full_blocks(rng, shape, dtype):
-    """Every block shape the heuristic picks, at transformer sizes (bx 32 to 1024, stacked rows)."""
+    """Every block shape the heuristic picks, at transformer sizes (bx 32 to 256, stacked rows)."""
     feeds = {"x": rand(rng, shape, dtype, offset=2.0), "s": rand(rng, shape[-1:], dtype), "b": rand(rng, shape[-1:], dtype)}
     check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3, **TOL[dtype])
 
