@@ -19,11 +19,7 @@ from numba import float32, float64, int64
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
-from .shape_kernels import bits, fill_launch, table_launch
-
-
-def _size(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+from .shape_kernels import bits, element_count, fill_launch, table_launch
 
 
 def scalar_source(info, device_array, dtype=None):
@@ -109,7 +105,7 @@ def range_tactic(dtype, stash32: bool, start_info, delta_info) -> Tactic:
     kernel = range_int_kernel if dtype.kind == "i" else range_float_kernel(dtype == np.float16, stash32)
 
     def launches(ins, outs, workspace):
-        n = _size(outs[0].shape)
+        n = element_count(outs[0].shape)
         if n == 0:
             return []
         start = scalar_source(start_info, ins[0])
@@ -150,11 +146,11 @@ def one_hot_kernel(half_indices: bool):
 
 def one_hot_tactic(indices_info, values_info, axis: int, depth: int, wrap_negative: bool) -> Tactic:
     """OneHot with runtime indices; ``depth`` is the output's (concrete) axis size."""
-    inner = _size(indices_info.shape[axis:])
+    inner = element_count(indices_info.shape[axis:])
     kernel = one_hot_kernel(indices_info.dtype == np.float16)
 
     def launches(ins, outs, workspace):
-        n = _size(outs[0].shape)
+        n = element_count(outs[0].shape)
         if n == 0:
             return []
         values = bits(scalar_source(values_info, ins[2]))
@@ -186,7 +182,7 @@ def trilu_kernel(out, x, n, rows, cols, k, upper):
 def trilu_tactic(shape: Sequence[int], upper: bool, k_info) -> Tactic:
     """Trilu with ``k`` known (0 when omitted) or read at run time from its input."""
     rows, cols = int(shape[-2]), int(shape[-1])
-    n = _size(shape)
+    n = element_count(shape)
 
     def launches(ins, outs, workspace):
         if n == 0:

@@ -24,7 +24,7 @@ from plugrt.ir.dims import format_shape
 from plugrt.kernels import broadcast_strides, c_strides
 from plugrt.plugin import FLOAT_DTYPES, SHAPE, VARIADIC, Attr, OpPlugin, TensorInfo, optional
 
-from . import shape_kernels
+from . import shape_kernels, transpose_kernels
 
 INT64 = np.dtype("int64")
 BOOL = np.dtype(bool)
@@ -232,7 +232,7 @@ class Transpose(MoveOp):
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         strides = c_strides(x.shape)[self._perm(node, x.rank)]
-        tiled = shape_kernels.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
+        tiled = transpose_kernels.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
         strided = shape_kernels.strided_tactic(outputs[0].shape, strides)
         return [strided] if tiled is None else [tiled, strided]
 

@@ -1,5 +1,6 @@
 """CUDA tactics of the data-movement ops: contiguous copies, strided (permuted, sliced,
-broadcast, tiled) copies, row-block copies for Concat/Split, and index gathers.
+broadcast, tiled) copies, row-block copies for Concat/Split, and index gathers (the
+shared-memory Transpose is in :mod:`transpose_kernels`).
 
 Moving data never looks at values, so every kernel here reads and writes flat views of
 its tensors as unsigned ints of the element's size (:func:`bits`): one compiled kernel
@@ -14,36 +15,33 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import functools
-
 import numpy as np
-from numba import from_dtype, int64
+from numba import int64
 
-from plugrt.device import simulated
 from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def bits(array):
     """A flat view of a C-contiguous device array as unsigned ints of its item size."""
-    return flat(array).view(_UINT[np.dtype(array.dtype).itemsize])
+    return flat(array).view(UINT[np.dtype(array.dtype).itemsize])
 
 
 def host_bits(array: np.ndarray) -> np.ndarray:
     """The same reinterpretation of a host array (1-D, at least one element)."""
     array = np.ascontiguousarray(array).reshape(-1)
-    return array.view(_UINT[array.dtype.itemsize])
+    return array.view(UINT[array.dtype.itemsize])
 
 
-def _table(values) -> object:
+def int64_table(values) -> object:
     """A small int64 device table; never empty (rank-0 layouts pass a dummy entry)."""
     values = np.asarray(values, dtype=np.int64).reshape(-1)
     return to_device(values if values.size else np.zeros(1, np.int64))
 
 
-def _size(shape: Sequence[int]) -> int:
+def element_count(shape: Sequence[int]) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
@@ -104,47 +102,6 @@ def rows_copy_kernel(dst, src, n, row, dst_row, dst_off, src_row, src_off):
         o = i // row
         j = i - o * row
         dst[o * dst_row + dst_off + j] = src[o * src_row + src_off + j]
-
-
-@functools.lru_cache(maxsize=None)
-def tiled_transpose_kernel(tile: int, rows: int, itemsize: int):
-    """A batched 2-D transpose through a shared-memory tile, so that both the reads (along
-    input-contiguous axis ``p``) and the writes (along output-contiguous axis ``q``) coalesce.
-
-    Blocks of ``(tile, rows)`` threads loop over ``total`` tiles; the batch coordinates (all
-    other axes) give the tile's input and output base offsets through ``rin``/``rout``.
-    """
-    element = from_dtype(_UINT[itemsize])
-    width = tile + 1  # a closure int, so the tile's shape is a literal tuple for Numba
-
-    @jit
-    def kernel(out, x, total, tiles_p, tiles_q, size_p, size_q, in_q, out_p, nrest, rshape, rin, rout):
-        buf = cuda.shared.array((tile, width), element)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        for t in range(cuda.blockIdx.x, total, cuda.gridDim.x):
-            tq = t % tiles_q
-            r = t // tiles_q
-            p0 = (r % tiles_p) * tile
-            q0 = tq * tile
-            r //= tiles_p
-            ib = int64(0)
-            ob = int64(0)
-            for d in range(nrest - 1, -1, -1):
-                c = r % rshape[d]
-                r //= rshape[d]
-                ib += c * rin[d]
-                ob += c * rout[d]
-            for j in range(ty, tile, rows):
-                if q0 + j < size_q and p0 + tx < size_p:
-                    buf[j, tx] = x[ib + (q0 + j) * in_q + p0 + tx]
-            cuda.syncthreads()
-            for j in range(ty, tile, rows):
-                if p0 + j < size_p and q0 + tx < size_q:
-                    out[ob + (p0 + j) * out_p + q0 + tx] = buf[tx, j]
-            cuda.syncthreads()
-
-    return kernel
 
 
 @jit(device=True)
@@ -211,7 +168,7 @@ def copy_launch(out, x, n: int) -> list[Launch]:
 
 def fill_launch(out, value: np.ndarray) -> list[Launch]:
     """Launches filling device array ``out`` with the one-element host array ``value``."""
-    n = _size(out.shape)
+    n = element_count(out.shape)
     if n == 0:
         return []
     scalar = host_bits(np.asarray(value, dtype=out.dtype))[0]
@@ -234,7 +191,7 @@ def copy_tactic() -> Tactic:
     """Output = input in C order (Reshape, Flatten, Squeeze, Unsqueeze, Identity)."""
 
     def launches(ins, outs, workspace):
-        return copy_launch(bits(outs[0]), bits(ins[0]), _size(outs[0].shape))
+        return copy_launch(bits(outs[0]), bits(ins[0]), element_count(outs[0].shape))
 
     return Tactic("copy", launches)
 
@@ -248,7 +205,7 @@ def dropout_tactic(x_dtype, training_info, ratio_info) -> Tactic:
     poison = host_bits(np.array([np.nan], x_dtype))[0]
 
     def launches(ins, outs, workspace):
-        n = _size(outs[0].shape)
+        n = element_count(outs[0].shape)
         if training_info is None or (training_info.value is not None and not training_info.value.any()):
             result = copy_launch(bits(outs[0]), bits(ins[0]), n)
         elif n == 0:
@@ -275,7 +232,7 @@ def strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int =
     """``out[c] = x_flat[base + c . strides]``: Transpose (permuted strides), Slice (scaled
     strides and a start offset), Expand (zero strides on broadcast axes)."""
     sizes, steps = coalesce(out_shape, strides)
-    n = _size(out_shape)
+    n = element_count(out_shape)
 
     def launches(ins, outs, workspace):
         if n == 0:
@@ -283,50 +240,24 @@ def strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int =
         if sizes == [n] and steps == [1]:
             return copy_launch(bits(outs[0]), bits(ins[0])[base:base + n], n)
         blocks, threads = grid_1d(n)
-        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(sizes)), _table(sizes), _table(steps),
+        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(sizes)), int64_table(sizes), int64_table(steps),
                 np.int64(base))
         return [Launch(strided_kernel, blocks, threads, args)]
 
     return Tactic("strided", launches, {"rank": len(sizes)})
 
 
-def tiled_transpose_tactic(out_shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Tactic | None:
-    """Transpose through shared-memory tiles when the input's contiguous axis moves away
-    from the output's last axis (``None`` when the strided copy already coalesces)."""
-    sizes, steps = coalesce(out_shape, strides)
-    if len(sizes) < 2 or 1 not in steps[:-1]:
-        return None
-    p, q = steps.index(1), len(sizes) - 1
-    out_strides = c_strides(sizes)
-    rest = [a for a in range(len(sizes)) if a not in (p, q)]
-    tile, rows = (4, 2) if simulated() else (32, 8)
-    tiles_p, tiles_q = -(-sizes[p] // tile), -(-sizes[q] // tile)
-    total = tiles_p * tiles_q * _size([sizes[a] for a in rest])
-    kernel = tiled_transpose_kernel(tile, rows, itemsize)
-
-    def launches(ins, outs, workspace):
-        if total == 0:
-            return []
-        args = (bits(outs[0]), bits(ins[0]), np.int64(total), np.int64(tiles_p), np.int64(tiles_q),
-                np.int64(sizes[p]), np.int64(sizes[q]), np.int64(steps[q]), np.int64(out_strides[p]),
-                np.int64(len(rest)), _table([sizes[a] for a in rest]), _table([steps[a] for a in rest]),
-                _table([out_strides[a] for a in rest]))
-        return [Launch(kernel, min(total, 65535), (tile, rows), args)]
-
-    return Tactic("tiled", launches, {"tile": tile, "rows": rows})
-
-
 def tile_tactic(in_shape: Sequence[int], out_shape: Sequence[int]) -> Tactic:
     """Tile: output coordinate ``c`` reads input coordinate ``c % in_shape``."""
-    n = _size(out_shape)
+    n = element_count(out_shape)
     strides = c_strides(in_shape)
 
     def launches(ins, outs, workspace):
         if n == 0:
             return []
         blocks, threads = grid_1d(n)
-        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(out_shape)), _table(out_shape),
-                _table(in_shape), _table(strides))
+        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(out_shape)), int64_table(out_shape),
+                int64_table(in_shape), int64_table(strides))
         return [Launch(tile_kernel, blocks, threads, args)]
 
     return Tactic("tile", launches)
@@ -334,7 +265,7 @@ def tile_tactic(in_shape: Sequence[int], out_shape: Sequence[int]) -> Tactic:
 
 def _rows(shape: Sequence[int], axis: int) -> tuple[int, int]:
     """(outer, inner) element counts around ``axis``."""
-    return _size(shape[:axis]), _size(shape[axis + 1:])
+    return element_count(shape[:axis]), element_count(shape[axis + 1:])
 
 
 def concat_tactic(in_shapes: Sequence[Sequence[int]], axis: int, out_shape: Sequence[int]) -> Tactic:
@@ -400,7 +331,7 @@ def gather_tactic(x_shape: Sequence[int], axis: int, count: int) -> Tactic:
 
 def gather_elements_tactic(x_shape: Sequence[int], idx_shape: Sequence[int], axis: int) -> Tactic:
     """GatherElements with runtime indices (which may be smaller than the data)."""
-    n = _size(idx_shape)
+    n = element_count(idx_shape)
     dim = int(x_shape[axis])
 
     def launches(ins, outs, workspace):
@@ -408,7 +339,7 @@ def gather_elements_tactic(x_shape: Sequence[int], idx_shape: Sequence[int], axi
             return []
         blocks, threads = grid_1d(n)
         args = (bits(outs[0]), bits(ins[0]), flat(ins[1]), np.int64(n), np.int64(len(idx_shape)),
-                _table(idx_shape), _table(c_strides(x_shape)), np.int64(axis), np.int64(dim))
+                int64_table(idx_shape), int64_table(c_strides(x_shape)), np.int64(axis), np.int64(dim))
         return [Launch(gather_elements_kernel, blocks, threads, args)]
 
     return Tactic("gather_elements", launches)
