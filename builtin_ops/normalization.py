@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt import hookimpl
+from plugrt.kernels import broadcast_strides
 from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, TensorInfo, optional
 
 from . import normalization_channel_kernels as channel_kernels
-from .normalization_kernels import INV_STD, ParamIndex, RowNorm, RowView, param_index
+from .normalization_kernels import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
 
 _STASH_FLOAT = 1  # TensorProto.FLOAT, the only stash_type NumPy can honour exactly
 
@@ -188,18 +189,18 @@ class LayerNormalization(NormOp):
         return [TensorInfo(x.dtype, x.shape), TensorInfo(np.float32, stats), TensorInfo(np.float32, stats)]
 
     def tactics(self, node, inputs, outputs):
-        from plugrt.kernels import broadcast_strides
-
         shape = _shape(inputs[0])
         view = RowView(shape, tuple(range(node.attrs["axis"] % len(shape), len(shape))))
         scale, bias = inputs[1], optional(inputs, 2)
-        present = [k for k in (1, 2) if optional(outputs, k) is not None]
+        bias_index = ParamIndex(ABSENT)
+        if bias is not None:
+            bias_index = param_index(view, broadcast_strides(_shape(bias), shape))
         return RowNorm(
             view, inputs[0].dtype, node.attrs["epsilon"],
             scale=1, scale_index=param_index(view, broadcast_strides(_shape(scale), shape)),
-            bias=2 if bias is not None else None,
-            bias_index=param_index(view, broadcast_strides(_shape(bias), shape)) if bias is not None else ParamIndex(0),
-            mean_out=1 if 1 in present else None, stat_out=2 if 2 in present else None, second_stat=INV_STD,
+            bias=2 if bias is not None else None, bias_index=bias_index,
+            mean_out=1 if optional(outputs, 1) is not None else None,
+            stat_out=2 if optional(outputs, 2) is not None else None, second_stat=INV_STD,
         ).tactics()
 
     def reference(self, node, inputs):
