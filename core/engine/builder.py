@@ -110,9 +110,9 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
         profile.set_shape(name, *entry)
         if name in given.shape_values:
             values = given.shape_values[name]
-            if info.dtype.kind not in "iu" or len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
-                raise PlugrtError(f"shape-tensor input {name!r} must be an integer tensor of one fixed shape "
-                                  f"holding {len(values)} values")
+            if len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
+                raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
+                                  f"{len(values)} values")
             profile.set_shape_values(name, values)
     unknown = sorted(set(given.shapes) - set(graph.inputs))
     if unknown:

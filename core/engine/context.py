@@ -114,7 +114,7 @@ class ExecutionContext:
 
     def _specialization(self, shapes: Mapping[str, tuple], values: Mapping[str, object]) -> "Specialization":
         key = tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
-        key += tuple((name, tuple(int(v) for v in np.asarray(values[name]).reshape(-1))) for name in sorted(values))
+        key += tuple((name, np.asarray(values[name]).tobytes()) for name in sorted(values))
         spec = self._specs.get(key)
         if spec is None:
             spec = Specialization(self, dict(shapes), values)

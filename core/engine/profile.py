@@ -21,7 +21,7 @@ class OptimizationProfile:
 
     def set_shape_values(self, name: str, values) -> "OptimizationProfile":
         """Mark ``name`` as a shape-tensor input, built for ``values``."""
-        self.shape_values[name] = [int(v) for v in np.asarray(values).reshape(-1)]
+        self.shape_values[name] = np.asarray(values).reshape(-1).tolist()
         return self
 
     def set_shape(self, name: str, min, opt, max) -> "OptimizationProfile":

@@ -76,8 +76,8 @@ class _EngineRunner:
     """Builds (once per set of input shapes) and runs GPU engines for a backend rep.
 
     ONNX models often feed shape operands (Reshape's shape, Slice's starts) as graph
-    inputs. When the engine cannot be built with them as device tensors, the small
-    integer inputs become shape-tensor inputs, read on the host (as TensorRT does).
+    inputs. When the engine cannot be built with them as device tensors, the small inputs
+    become shape-tensor inputs, read on the host (as TensorRT does with shape tensors).
     """
 
     SHAPE_TENSOR_LIMIT = 64
@@ -101,8 +101,7 @@ class _EngineRunner:
                 context = self._context(feeds, [])
                 self.shape_inputs = []
             except UnsupportedError:
-                candidates = [n for n in self.graph.inputs
-                              if feeds[n].dtype.kind in "iu" and feeds[n].size <= self.SHAPE_TENSOR_LIMIT]
+                candidates = [n for n in self.graph.inputs if feeds[n].size <= self.SHAPE_TENSOR_LIMIT]
                 if not candidates:
                     raise
                 context = self._context(feeds, candidates)
