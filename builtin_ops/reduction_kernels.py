@@ -145,6 +145,23 @@ def make_tree(combine, bx: int):
 # --------------------------------------------------------------------------- Reduce* math
 
 
+@functools.lru_cache(maxsize=None)
+def log_of(A):
+    """``math.log`` for type ``A`` giving -inf at 0 and NaN below, as on the GPU (the
+    simulator's ``math.log`` raises there)."""
+    lowest, nan = A(-np.inf), A(np.nan)
+
+    @jit(device=True)
+    def log(v):
+        if v > 0:
+            return math.log(v)
+        if v == 0:
+            return lowest
+        return nan
+
+    return log
+
+
 def accumulator(op: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
@@ -237,9 +254,11 @@ def reduce_parts(op: str, dtype_name: str):
         def post(total, n):
             return math.sqrt(total)
     elif op == "ReduceLogSum":
+        log = log_of(A)
+
         @jit(device=True)
         def post(total, n):
-            return math.log(total)
+            return log(total)
     else:
         @jit(device=True)
         def post(total, n):

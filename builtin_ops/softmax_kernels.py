@@ -19,7 +19,7 @@ from numba import from_dtype
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from .reduction_kernels import AxesView, make_tree, offset_of, prefers_thread, view_tactics
+from .reduction_kernels import AxesView, log_of, make_tree, offset_of, prefers_thread, view_tactics
 
 # Modes (ints: kernels compare them as compile-time constants).
 SOFTMAX, LOG_SOFTMAX, LOG_SUM_EXP = 0, 1, 2
@@ -49,6 +49,7 @@ def exp_block_kernel(dtype_name: str, mode: int, bx: int, by: int):
     tree_max = make_tree(_max_nan, bx)
     tree_sum = make_tree(_add, bx)
     zero, one, lowest = A(0), A(1), A(-np.inf)
+    log = log_of(A)
 
     @jit
     def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
@@ -75,14 +76,14 @@ def exp_block_kernel(dtype_name: str, mode: int, bx: int, by: int):
             if valid:
                 if mode == LOG_SUM_EXP:
                     if tx == 0:
-                        out[o] = math.log(total) + peak
+                        out[o] = log(total) + peak
                 elif mode == SOFTMAX:
                     scale = one / total
                     for r in range(tx, n_red, bx):
                         i = base + offset_of(r, rsizes, rstrides, nr)
                         out[i] = math.exp(A(x[i]) - peak) * scale
                 else:
-                    shift = peak + math.log(total)
+                    shift = peak + log(total)
                     for r in range(tx, n_red, bx):
                         i = base + offset_of(r, rsizes, rstrides, nr)
                         out[i] = A(x[i]) - shift
@@ -94,6 +95,7 @@ def exp_block_kernel(dtype_name: str, mode: int, bx: int, by: int):
 def exp_thread_kernel(dtype_name: str, mode: int):
     A = compute_type(dtype_name)
     zero, one, lowest = A(0), A(1), A(-np.inf)
+    log = log_of(A)
 
     @jit
     def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
@@ -108,14 +110,14 @@ def exp_thread_kernel(dtype_name: str, mode: int):
             for r in range(n_red):
                 total += math.exp(A(x[base + offset_of(r, rsizes, rstrides, nr)]) - peak)
             if mode == LOG_SUM_EXP:
-                out[o] = math.log(total) + peak
+                out[o] = log(total) + peak
             elif mode == SOFTMAX:
                 scale = one / total
                 for r in range(n_red):
                     i = base + offset_of(r, rsizes, rstrides, nr)
                     out[i] = math.exp(A(x[i]) - peak) * scale
             else:
-                shift = peak + math.log(total)
+                shift = peak + log(total)
                 for r in range(n_red):
                     i = base + offset_of(r, rsizes, rstrides, nr)
                     out[i] = A(x[i]) - shift
