@@ -140,6 +140,11 @@ class ThresholdedRelu(UnaryOp):
     def compute(self, node, x):
         return np.where(x > node.attrs["alpha"], x, 0)
 
+    def pointwise(self, node, inputs):
+        # The reference compares in x's dtype (alpha is a weak Python scalar): round alpha so.
+        alpha = np.asarray(node.attrs["alpha"], dtype=inputs[0].dtype).item()
+        return activation_kernels.device_function(self.op_type, inputs[0].dtype, (alpha,))
+
 
 class Gelu(UnaryOp):
     op_type = "Gelu"

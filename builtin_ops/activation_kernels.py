@@ -95,7 +95,7 @@ def _prelu(t):
 
     @jit(device=True)
     def prelu(x, slope):
-        return x * slope if x < zero else x
+        return t(x * slope) if x < zero else x
 
     return prelu
 
@@ -214,9 +214,12 @@ def _cos(x):
     return math.cos(x)
 
 
-@jit(device=True)
-def _neg(x):
-    return -x
+def _neg(t):
+    @jit(device=True)
+    def neg(x):
+        return t(-x)  # integers wrap in their type, as np.negative
+
+    return neg
 
 
 def _log(t):
@@ -372,14 +375,14 @@ def _clip(t, has_low, has_high, low=None, high=None):
 # ---------------------------------------------------------------------- dispatch
 
 
-_FIXED = {"Tanh": _tanh, "Erf": _erf, "Exp": _exp, "Sin": _sin, "Cos": _cos, "Neg": _neg}
+_FIXED = {"Tanh": _tanh, "Erf": _erf, "Exp": _exp, "Sin": _sin, "Cos": _cos}
 
 _BUILDERS = {
     "Relu": _relu, "LeakyRelu": _leaky_relu, "ThresholdedRelu": _thresholded_relu, "Elu": _elu,
     "Selu": _selu, "Celu": _celu, "PRelu": _prelu, "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Softsign": _softsign, "Mish": _mish,
     "Gelu": _gelu, "Log": _log, "Sqrt": _sqrt, "Reciprocal": _reciprocal, "Abs": _abs,
-    "Sign": _sign, "Floor": _floor, "Ceil": _ceil, "Round": _round, "Clip": _clip,
+    "Neg": _neg, "Sign": _sign, "Floor": _floor, "Ceil": _ceil, "Round": _round, "Clip": _clip,
 }
 
 

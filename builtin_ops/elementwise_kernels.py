@@ -5,9 +5,10 @@ Each factory is cached on hashable dtypes and attribute values, so equal nodes s
 one device function (and so one compiled kernel). A function computes in
 :func:`scalar_type` of its inputs: float16 arrives widened to float32, float64 stays
 float64, integers stay in their own type. Constants are NumPy scalars of that type, so
-a GPU build never promotes fp32 math to fp64. The kernel casts the result to the output
-dtype on store; integer results that may wrap are cast explicitly with ``t(...)`` so the
-CUDA simulator, which stores through NumPy, wraps as the GPU does.
+a GPU build never promotes fp32 math to fp64. Integer results are converted back to
+their type with ``t(...)`` (Numba computes small integers in 64 bits): the value then
+wraps as NumPy's does, inside a fused chain too, and the CUDA simulator, which stores
+through NumPy, wraps as the GPU does.
 """
 
 from __future__ import annotations
@@ -43,19 +44,28 @@ def minimum(a, b):
 # ---------------------------------------------------------------------- arithmetic
 
 
-@jit(device=True)
-def _add(a, b):
-    return a + b
+def _add(t):
+    @jit(device=True)
+    def add(a, b):
+        return t(a + b)  # integers wrap in their own type (Numba computes them in 64 bits)
+
+    return add
 
 
-@jit(device=True)
-def _sub(a, b):
-    return a - b
+def _sub(t):
+    @jit(device=True)
+    def sub(a, b):
+        return t(a - b)
+
+    return sub
 
 
-@jit(device=True)
-def _mul(a, b):
-    return a * b
+def _mul(t):
+    @jit(device=True)
+    def mul(a, b):
+        return t(a * b)
+
+    return mul
 
 
 @jit(device=True)
@@ -110,17 +120,17 @@ def _mod(t, fmod: int):
     return int_mod
 
 
-def _float_power(w):
+def _float_power(w, out):
     """Pow computed in the float type ``w`` (C pow; a negative base with a non-integral
-    exponent is NaN)."""
+    exponent is NaN), returned as ``out`` (an integer base truncates, as the reference)."""
     zero, nan = w(0), w(np.nan)
 
     @jit(device=True)
     def power(x, y):
         a, b = w(x), w(y)
         if a < zero and math.floor(b) != b:
-            return nan
-        return math.pow(a, b)
+            return out(nan)
+        return out(math.pow(a, b))
 
     return power
 
@@ -171,10 +181,11 @@ def _int_power(t, exponent_of):
 def _power(base: np.dtype, exponent: np.dtype):
     """Pow's function for a base and exponent dtype: float32 math for fp16/fp32 pairs,
     float64 whenever an integer or float64 takes part, exact int64 for int ** int."""
+    out = scalar_type(base)
     if base.kind == "f" and exponent.kind == "f":
-        return _float_power(np.float64 if np.float64 in (base, exponent) else np.float32)
+        return _float_power(np.float64 if np.float64 in (base, exponent) else np.float32, out)
     if base.kind == "f" or exponent.kind == "f":
-        return _float_power(np.float64)
+        return _float_power(np.float64, out)
     return _int_power(base.type, _clamped_exponent if exponent == np.uint64 else _exponent)
 
 
@@ -289,10 +300,13 @@ def _is_inf(t, negative: bool, positive: bool):
 
 
 _FIXED = {
-    "Add": _add, "Sub": _sub, "Mul": _mul, "Where": _where, "Equal": _equal, "Less": _less,
+    "Where": _where, "Equal": _equal, "Less": _less,
     "Greater": _greater, "LessOrEqual": _less_equal, "GreaterOrEqual": _greater_equal,
     "And": _and, "Or": _or, "Xor": _xor, "Not": _not, "IsNaN": _is_nan,
 }
+
+
+_ARITHMETIC = {"Add": _add, "Sub": _sub, "Mul": _mul}
 
 
 @functools.lru_cache(maxsize=None)
@@ -306,6 +320,8 @@ def device_function(op: str, dtypes: tuple, params: tuple = ()):
     t = scalar_type(dtypes[0])
     if op in _FIXED:
         return _FIXED[op]
+    if op in _ARITHMETIC:
+        return _ARITHMETIC[op](t)
     if op == "Div":
         return _true_div if dtypes[0].kind == "f" else _int_div(t)
     if op == "Mod":
@@ -328,16 +344,22 @@ def _identity(x):
 
 @functools.lru_cache(maxsize=None)
 def cast(source, target):
-    """Cast's device function. To bool: compare with zero (NaN is True). To an integer:
-    convert explicitly (float to int truncates toward zero, int to int wraps) so the
-    simulator, which stores through NumPy, wraps as the GPU does. To a float: the
-    kernel's store converts (rounding to nearest)."""
+    """Cast's device function, returning the target's value in its pointwise type (float16
+    rounded, then carried as float32). To bool: compare with zero (NaN is True); to an
+    integer: float truncates toward zero, integers wrap; to a float: round to nearest.
+    Converting explicitly (rather than leaving it to the kernel's store) keeps the value
+    exact inside fused chains and makes the simulator wrap as the GPU does."""
     source, target = np.dtype(source), np.dtype(target)
     if target == BOOL:
         return _identity if source == BOOL else _nonzero(scalar_type(source))
-    if target.kind in "iu":
-        return _convert(target.type)
-    return _identity
+    if target == np.float16:
+        return _to_half
+    return _convert(target.type)
+
+
+@jit(device=True)
+def _to_half(x):
+    return np.float32(np.float16(x))
 
 
 def _nonzero(t):

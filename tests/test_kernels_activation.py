@@ -85,6 +85,12 @@ def test_special_values(dtype):
     _check("Clip", {"x": x, "low": np.array(-1.0, dtype), "high": np.array(2.0, dtype)}, dtype=dtype)
 
 
+def test_thresholded_relu_compares_in_input_dtype():
+    x = np.array([0.3, 0.2998, 0.31, -1.0], np.float16)  # float16(0.3) is above 0.3
+    got = _check("ThresholdedRelu", {"x": x}, {"alpha": 0.3}, dtype=np.float16)[0]
+    assert got[0] == 0
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_round_half_to_even(dtype):
     x = np.array([-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49, -0.51, 1.5000001, 1023.5, 1024.5], dtype)
