@@ -273,7 +273,7 @@ class ArgOp(OpPlugin):
         return [TensorInfo(np.int64, shape)]
 
     def tactics(self, node, inputs, outputs):
-        from .reduction_kernels import arg_tactics
+        from .arg_kernels import arg_tactics
 
         x = inputs[0]
         axis = _normalize_axis(node.attrs["axis"], x.rank)
@@ -391,7 +391,7 @@ class Hardmax(SoftmaxOp):
     op_type = "Hardmax"
 
     def tactics(self, node, inputs, outputs):
-        from .reduction_kernels import arg_tactics
+        from .arg_kernels import arg_tactics
 
         x = inputs[0]
         return arg_tactics(x.shape, self.reduced_axes(node, x.rank), x.dtype, hardmax=True)

@@ -41,8 +41,35 @@ def _add(a, b):
     return a + b
 
 
+@jit(device=True)
+def _index(r, rs, rsizes, rstrides, nr):
+    """``offset_of`` with the single-axis stride ``rs`` hoisted out of the row loops."""
+    if nr == 1:
+        return r * rs
+    return offset_of(r, rsizes, rstrides, nr)
+
+
+@functools.lru_cache(maxsize=None)
+def finisher(A, mode: int):
+    """``finish(v, peak, c)``: Softmax ``exp(v - peak) * c`` (c = 1/sum), LogSoftmax
+    ``v - c`` (c = peak + log(sum))."""
+    if mode == SOFTMAX:
+        @jit(device=True)
+        def finish(v, peak, c):
+            return math.exp(v - peak) * c
+    else:
+        @jit(device=True)
+        def finish(v, peak, c):
+            return v - c
+    return finish
+
+
 @functools.lru_cache(maxsize=None)
 def exp_block_kernel(dtype_name: str, mode: int, bx: int, by: int):
+    """``bx`` threads per row, ``by`` rows per block. Each thread keeps its first four
+    elements of the row in registers for the three passes (X is read once when the row
+    has at most ``4 * bx`` elements, as :func:`block_shape` arranges up to 4096); the
+    rest of a longer row is read again in each pass."""
     A = compute_type(dtype_name)
     shared_type = from_dtype(np.dtype(A))
     threads = bx * by
@@ -50,43 +77,66 @@ def exp_block_kernel(dtype_name: str, mode: int, bx: int, by: int):
     tree_sum = make_tree(_add, bx)
     zero, one, lowest = A(0), A(1), A(-np.inf)
     log = log_of(A)
+    finish = finisher(A, mode)
+    span = 4 * bx
 
     @jit
     def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
         tx = cuda.threadIdx.x
         lead = cuda.threadIdx.y * bx
         sm = cuda.shared.array(threads, shared_type)
+        rs = rstrides[0]
+        r1 = tx + bx
+        r2 = r1 + bx
+        r3 = r2 + bx
         for first in range(cuda.blockIdx.x * by, n_out, cuda.gridDim.x * by):
             o = first + cuda.threadIdx.y
             valid = o < n_out
             base = 0
-            m = lowest
+            v0 = lowest
+            v1 = lowest
+            v2 = lowest
+            v3 = lowest
             if valid:
                 base = offset_of(o, ksizes, kstrides, nk)
-                for r in range(tx, n_red, bx):
-                    m = _max_nan(m, A(x[base + offset_of(r, rsizes, rstrides, nr)]))
+                if tx < n_red:
+                    v0 = A(x[base + _index(tx, rs, rsizes, rstrides, nr)])
+                if r1 < n_red:
+                    v1 = A(x[base + _index(r1, rs, rsizes, rstrides, nr)])
+                if r2 < n_red:
+                    v2 = A(x[base + _index(r2, rs, rsizes, rstrides, nr)])
+                if r3 < n_red:
+                    v3 = A(x[base + _index(r3, rs, rsizes, rstrides, nr)])
+            m = _max_nan(_max_nan(v0, v1), _max_nan(v2, v3))
+            if valid:
+                for r in range(tx + span, n_red, bx):
+                    m = _max_nan(m, A(x[base + _index(r, rs, rsizes, rstrides, nr)]))
             peak = tree_max(sm, lead, tx, m)
             if math.isinf(peak) or math.isnan(peak):
                 peak = zero
-            s = zero
+            # lanes past the row hold -inf: exp(-inf - peak) adds 0
+            s = math.exp(v0 - peak) + math.exp(v1 - peak) + math.exp(v2 - peak) + math.exp(v3 - peak)
             if valid:
-                for r in range(tx, n_red, bx):
-                    s += math.exp(A(x[base + offset_of(r, rsizes, rstrides, nr)]) - peak)
+                for r in range(tx + span, n_red, bx):
+                    s += math.exp(A(x[base + _index(r, rs, rsizes, rstrides, nr)]) - peak)
             total = tree_sum(sm, lead, tx, s)
             if valid:
                 if mode == LOG_SUM_EXP:
                     if tx == 0:
                         out[o] = log(total) + peak
-                elif mode == SOFTMAX:
-                    scale = one / total
-                    for r in range(tx, n_red, bx):
-                        i = base + offset_of(r, rsizes, rstrides, nr)
-                        out[i] = math.exp(A(x[i]) - peak) * scale
                 else:
-                    shift = peak + log(total)
-                    for r in range(tx, n_red, bx):
-                        i = base + offset_of(r, rsizes, rstrides, nr)
-                        out[i] = A(x[i]) - shift
+                    c = one / total if mode == SOFTMAX else peak + log(total)
+                    if tx < n_red:
+                        out[base + _index(tx, rs, rsizes, rstrides, nr)] = finish(v0, peak, c)
+                    if r1 < n_red:
+                        out[base + _index(r1, rs, rsizes, rstrides, nr)] = finish(v1, peak, c)
+                    if r2 < n_red:
+                        out[base + _index(r2, rs, rsizes, rstrides, nr)] = finish(v2, peak, c)
+                    if r3 < n_red:
+                        out[base + _index(r3, rs, rsizes, rstrides, nr)] = finish(v3, peak, c)
+                    for r in range(tx + span, n_red, bx):
+                        i = base + _index(r, rs, rsizes, rstrides, nr)
+                        out[i] = finish(A(x[i]), peak, c)
 
     return kernel
 
@@ -96,6 +146,7 @@ def exp_thread_kernel(dtype_name: str, mode: int):
     A = compute_type(dtype_name)
     zero, one, lowest = A(0), A(1), A(-np.inf)
     log = log_of(A)
+    finish = finisher(A, mode)
 
     @jit
     def kernel(x, out, n_out, n_red, ksizes, kstrides, nk, rsizes, rstrides, nr):
@@ -111,16 +162,11 @@ def exp_thread_kernel(dtype_name: str, mode: int):
                 total += math.exp(A(x[base + offset_of(r, rsizes, rstrides, nr)]) - peak)
             if mode == LOG_SUM_EXP:
                 out[o] = log(total) + peak
-            elif mode == SOFTMAX:
-                scale = one / total
-                for r in range(n_red):
-                    i = base + offset_of(r, rsizes, rstrides, nr)
-                    out[i] = math.exp(A(x[i]) - peak) * scale
             else:
-                shift = peak + log(total)
+                c = one / total if mode == SOFTMAX else peak + log(total)
                 for r in range(n_red):
                     i = base + offset_of(r, rsizes, rstrides, nr)
-                    out[i] = A(x[i]) - shift
+                    out[i] = finish(A(x[i]), peak, c)
 
     return kernel
 
