@@ -66,6 +66,13 @@ class Builder:
             if is_host_node(max_graph, node):
                 continue
             op = self.registry.op(node)
+            dynamic = [n for n in node.outputs if n and not is_static(max_graph.info(n).shape)]
+            if dynamic:
+                problems.append(f"{node.describe()}: output {dynamic[0]!r} has shape "
+                                f"{format_shape(max_graph.info(dynamic[0]).shape)}, which depends on input data "
+                                "that is not known at build time; make that input an initializer or a "
+                                "shape-tensor input")
+                continue
             pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[index]) else max_graph
             try:
                 candidates = _tactics(op, node, pick)
