@@ -11,6 +11,8 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt.kernels import broadcast_strides
+from plugrt_builtin_ops import matmul_kernels
 
 #: MatMul/Gemm element types (ONNX T, bfloat16 aside).
 _MATMUL_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
@@ -66,6 +68,11 @@ class MatMul(OpPlugin):
     def reference(self, node, inputs):
         a, b = inputs
         return [np.asarray(_product(a, b, a.dtype)).astype(a.dtype, copy=False)]
+
+    def tactics(self, node, inputs, outputs):
+        a, b = inputs
+        meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
+        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs)
 
 
 class Gemm(OpPlugin):
@@ -127,6 +134,16 @@ class Gemm(OpPlugin):
             out = out + (c * beta if beta != 1.0 else c)
         return [np.asarray(out).astype(a.dtype, copy=False)]
 
+    def tactics(self, node, inputs, outputs):
+        a, b = inputs[0], inputs[1]
+        c = optional(inputs, 2)
+        alpha, beta = node.attrs["alpha"], node.attrs["beta"]
+        meta, offs = matmul_kernels.gemm_plan(a.shape, b.shape, None if c is None else c.shape,
+                                              bool(node.attrs["transA"]), bool(node.attrs["transB"]),
+                                              alpha, beta, integer=a.dtype.kind != "f")
+        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                                              alpha=alpha, beta=beta, c_index=2)
+
 
 class MatMulInteger(OpPlugin):
     """MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) in int32.
@@ -156,6 +173,30 @@ class MatMulInteger(OpPlugin):
         if b_zp is not None:
             b = b - b_zp.astype(np.int64)
         return [np.matmul(a, b).astype(np.int32)]
+
+    def tactics(self, node, inputs, outputs):
+        a, b = inputs[0], inputs[1]
+        za = self._zero_point_strides(node, a, optional(inputs, 2), per_row=True)
+        zb = self._zero_point_strides(node, b, optional(inputs, 3), per_row=False)
+        meta, offs = matmul_kernels.product_plan(a.shape, b.shape, za, zb)
+        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs, zero_points=True)
+
+    def _zero_point_strides(self, node, operand, zero_point, per_row: bool):
+        """Element strides reading a zero point broadcast over the operand, as the reference does."""
+        if zero_point is None:
+            return None
+        shape = tuple(zero_point.shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        if per_row and len(shape) == 1 and operand.rank >= 2 and size > 1:
+            shape = (size, 1)
+        try:
+            fits = len(shape) <= operand.rank and np.broadcast_shapes(shape, operand.shape) == tuple(operand.shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise self.unsupported(node, f"zero point of shape {list(zero_point.shape)} for an operand of shape "
+                                   f"{list(operand.shape)}", "use a scalar, per-row or per-column zero point")
+        return broadcast_strides(shape, operand.shape)
 
 
 OPS = (MatMul, Gemm, MatMulInteger)
