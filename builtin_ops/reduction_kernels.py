@@ -106,9 +106,10 @@ def _pow2_at_least(n: int) -> int:
 
 
 def block_shape(n_out: int, n_red: int) -> tuple[int, int]:
-    """GPU block ``(bx, by)``: about four elements per thread, 32 to 1024 threads per
-    output, outputs stacked until a block has 256 threads."""
-    bx = min(1024, max(32, _pow2_at_least(-(-max(n_red, 1) // 4))))
+    """GPU block ``(bx, by)``: about four elements per thread, 32 to 256 threads per
+    output, outputs stacked until a block has 256 threads. (1024-thread blocks of these
+    kernels failed on the H200 with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many registers.)"""
+    bx = min(256, max(32, _pow2_at_least(-(-max(n_red, 1) // 4))))
     by = min(max(1, 256 // bx), _pow2_at_least(max(n_out, 1)))
     return bx, by
 

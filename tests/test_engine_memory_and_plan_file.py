@@ -92,3 +92,11 @@ def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_plan(path, {"v": 2}, {})
     assert read_plan(path)[0]["v"] == 1 and os.listdir(tmp_path) == ["m.plan"]
+
+
+def test_plan_keeps_zero_dimensional_arrays():
+    from plugrt.engine.plan_file import decode_plan, encode_plan
+
+    header, arrays = decode_plan(encode_plan({}, {"scalar": np.array(3, np.int64), "empty": np.zeros((0, 2))}))
+    assert arrays["scalar"].shape == () and arrays["scalar"] == 3
+    assert arrays["empty"].shape == (0, 2)

@@ -38,11 +38,12 @@ def encode_plan(header: Mapping, arrays: Mapping[str, np.ndarray]) -> bytes:
     """Serialize a header and named arrays to plan bytes."""
     table, blobs, offset = [], [], 0
     for name, array in arrays.items():
+        shape = list(np.shape(array))  # before ascontiguousarray, which makes 0-d arrays 1-d
         array = np.ascontiguousarray(array)
         if array.dtype.hasobject:
             raise PlanError(f"array {name!r} has dtype {array.dtype}, which a plan cannot store")
         data = array.tobytes()
-        table.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape),
+        table.append({"name": name, "dtype": array.dtype.str, "shape": shape,
                       "offset": offset, "nbytes": len(data)})
         blobs.append(data + b"\0" * _pad(len(data)))
         offset += len(data) + _pad(len(data))
