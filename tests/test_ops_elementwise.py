@@ -27,7 +27,10 @@ def _model(op, feeds, attrs=None, opset=17, shapes=None, n_outputs=1):
 
 
 def _ort(model, feeds):
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented as exc:
+        pytest.skip(f"this onnxruntime has no kernel for the oracle: {exc}")  # e.g. BitShift uint16 in 1.30
     return session.run(None, feeds)[0]
 
 
