@@ -41,6 +41,7 @@ TILE_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
     (128, 128, 8, 8, 8),
     (32, 32, 16, 2, 2),
 )
+_DEFAULT_TILE_CONFIGS = TILE_CONFIGS
 #: Blocks a tiled launch is capped at in the simulator (each block is a set of Python threads).
 SIM_BLOCKS = 2
 #: Grid cap for tiled kernels on a GPU (they loop over tiles with a stride of gridDim.x).
@@ -91,6 +92,8 @@ def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: in
     B_LOADS = -(-(BN * BK) // NT)
     # One padding column keeps the transposing shared stores free of bank conflicts.
     PA, PB = BM + 1, BN + 1
+    U64 = np.uint64
+    UBK, UTM, UTN, UTX, UTY = U64(BK), U64(TM), U64(TN), U64(TX), U64(TY)
 
     def kernel(out, a, b, c, azp, bzp, meta, offs, alpha, beta):
         sa = cuda.shared.array((BK, PA), LA)
@@ -106,6 +109,7 @@ def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: in
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
+        utx, uty = U64(tx), U64(ty)
         mt = (m + BM - 1) // BM
         nt = (n + BN - 1) // BN
         per_batch = mt * nt
@@ -155,13 +159,14 @@ def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: in
                                 vb = LB(vb - LB(bzp[zbo + gk * szbk + gn * szbn]))
                         sb[kk, nn] = vb
                 cuda.syncthreads()
-                for kk in range(BK):
-                    for i in range(TM):
-                        ra[i] = sa[kk, ty + i * TY]
-                    for j in range(TN):
-                        rb[j] = sb[kk, tx + j * TX]
-                    for i in range(TM):
-                        for j in range(TN):
+                # Unsigned indices: no negative-index wraparound code in the hot loop.
+                for kk in range(UBK):
+                    for i in range(UTM):
+                        ra[i] = sa[kk, uty + i * UTY]
+                    for j in range(UTN):
+                        rb[j] = sb[kk, utx + j * UTX]
+                    for i in range(UTM):
+                        for j in range(UTN):
                             acc[i, j] += ra[i] * rb[j]
                 cuda.syncthreads()
             ob = bi * m * n
