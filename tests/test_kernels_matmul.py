@@ -46,6 +46,7 @@ def check(op, feeds, attrs=None, dtype=F32, **kw):
     ((5, 3), (3, 7)), ((1, 6), (6, 1)), ((9, 5), (5, 10)),
     ((6,), (6,)), ((6,), (6, 5)), ((5, 6), (6,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 3)),
     ((2, 1, 3, 4), (5, 4, 6)), ((3, 5, 4), (4, 2)), ((1, 5, 4), (3, 4, 2)), ((2, 3, 4), (1, 4, 5)),
+    ((5, 4), (3, 4, 2)),
 ])
 def test_matmul_shapes(rng, a_shape, b_shape):
     check("MatMul", {"a": rand(rng, a_shape), "b": rand(rng, b_shape)})
@@ -133,6 +134,7 @@ def test_matmul_integer(rng, a_dtype, b_dtype):
     ((5,), (5, 4), None, (1, 4)),
     ((3, 5), (5,), (), ()),
     ((3, 5), (5, 2), None, None),
+    ((2, 3, 5), (5, 4), (3,), (4,)),       # per-row zero point keeps A's batch unfolded
 ])
 def test_matmul_integer_zero_point_shapes(rng, a_shape, b_shape, azp_shape, bzp_shape):
     feeds = {"a": int8s(rng, np.uint8, a_shape), "b": int8s(rng, np.int8, b_shape),
@@ -163,3 +165,13 @@ def test_tactics_are_ranked_and_named(monkeypatch):
     gemv = _tactics("Gemm", [(1, 512), (1000, 512)], attrs={"transB": 1})
     assert gemv[0].name == "direct"
     assert gemv[1].params == {"bm": 32, "bn": 32, "bk": 16, "tm": 2, "tn": 2}
+
+
+def test_matmul_integer_refuses_zero_point_that_enlarges_operand():
+    from plugrt.errors import UnsupportedError
+
+    op = default_registry().find_op("", "MatMulInteger", 10)
+    node = Node("n", "MatMulInteger", "", ("a", "b", "azp"), ("y",), {}, opset=10)
+    ins = [TensorInfo(np.uint8, (3, 5)), TensorInfo(np.uint8, (5, 4)), TensorInfo(np.uint8, (2, 3, 1))]
+    with pytest.raises(UnsupportedError, match="zero point"):
+        op.tactics(node, ins, op.infer(node, ins))
