@@ -136,19 +136,18 @@ def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str
     :param output: the output ``TensorInfo``.
     """
     present = [k for k, info in enumerate(inputs) if info is not None]
-    out_shape = tuple(int(d) for d in output.shape)
-    same_shape = all(tuple(inputs[k].shape) == out_shape for k in present)
+    out_shape = tuple(int(d) for d in output.shape) or (1,)  # a 0-d output is one element
+    same_shape = all((tuple(inputs[k].shape) or (1,)) == out_shape for k in present)
     widen = tuple(_is_half(inputs[k].dtype) for k in present)
     kernel = _pointwise_kernel(fn, len(present), widen, same_shape)
 
     def launches(ins, outs, workspace):
         out = flat(outs[0])
         n = int(out.shape[0])
-        oshape = to_device(np.asarray(out_shape or (1,), dtype=np.int64))
+        oshape = to_device(np.asarray(out_shape, dtype=np.int64))
         args: list = [out, np.int64(n), oshape, np.int64(len(out_shape))]
         for k in present:
-            strides = broadcast_strides(inputs[k].shape, out_shape) if out_shape else np.zeros(1, np.int64)
-            args += [flat(ins[k]), to_device(strides if strides.size else np.zeros(1, np.int64))]
+            args += [flat(ins[k]), to_device(broadcast_strides(inputs[k].shape, out_shape))]
         blocks, threads = grid_1d(n)
         return [Launch(kernel, blocks, threads, tuple(args))]
 

@@ -20,6 +20,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
 
+from plugrt.engine.launcher import PreparedLaunch
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.graph import Graph, Node
 from plugrt.onnx.importer import import_model
@@ -78,7 +79,7 @@ def run_tactic(graph: Graph, tactic, feeds: Mapping[str, np.ndarray], node: Node
         outs.append(cuda.device_array(tuple(int(d) for d in info.shape), dtype=info.dtype))
     workspace = cuda.device_array(tactic.workspace_bytes, np.uint8) if tactic.workspace_bytes else None
     for launch in tactic.launches(ins, outs, workspace):
-        launch.kernel[launch.grid, launch.block, 0, launch.shared_bytes](*launch.args)
+        PreparedLaunch(launch)(0)  # the engine's own launch path (raw launches on a GPU)
     cuda.synchronize()
     return [o.copy_to_host() for o in outs]
 

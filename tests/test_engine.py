@@ -11,50 +11,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from plugin_fixtures import SysPath, env_with_path, install_distribution
+from plugin_fixtures import ECHO_PLUGIN, SysPath, env_with_path, install_distribution
 from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile
 from plugrt.errors import BindingError, PlanError, PlugrtError
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import Registry
-
-GPU_PLUGIN = '''
-import functools
-import numpy as np
-from plugrt import hookimpl
-from plugrt.kernels import jit
-from plugrt.plugin import OpPlugin, TensorInfo, Attr, POINTWISE
-
-@functools.lru_cache(maxsize=None)
-def _scale_shift(scale, shift):
-    scale, shift = np.float32(scale), np.float32(shift)
-
-    @jit(device=True)
-    def fn(x):
-        return x * scale + shift
-    return fn
-
-class ScaleShift(OpPlugin):
-    domain = "com.example"
-    op_type = "ScaleShift"
-    version = "{version}"
-    attributes = (Attr("scale", "float", 1.0), Attr("shift", "float", 0.0))
-    groups = frozenset({{POINTWISE}})
-
-    def infer(self, node, inputs):
-        return [TensorInfo(inputs[0].dtype, inputs[0].shape)]
-
-    def reference(self, node, inputs):
-        x = inputs[0]
-        return [(x * np.float32(node.attrs["scale"]) + np.float32(node.attrs["shift"])).astype(x.dtype)]
-
-    def pointwise(self, node, inputs):
-        return _scale_shift(node.attrs["scale"], node.attrs["shift"])
-
-@hookimpl
-def plugrt_ops():
-    return [ScaleShift()]
-'''
-
 
 def mixed_model():
     """ScaleShift (a third-party op) -> Relu -> Add(bias) -> Reshape(N*3) via Shape arithmetic."""
@@ -81,7 +42,7 @@ def _config(low=1, opt=2, high=4):
 @pytest.fixture
 def plugin_dir(tmp_path):
     root = tmp_path / "site"
-    install_distribution(root, "plugrt-gpu-example", "plugrt_gpu_example", GPU_PLUGIN.format(version="1.2"),
+    install_distribution(root, "plugrt-gpu-example", "plugrt_gpu_example", ECHO_PLUGIN.format(version="1.2"),
                          version="1.2")
     return root
 
@@ -135,7 +96,7 @@ def test_plan_without_its_plugin_names_distribution_and_version(plugin_dir, tmp_
 def test_plan_with_another_plugin_version_says_which_to_install(plugin_dir, tmp_path, rng):
     _, plan, *_ = _build(plugin_dir, tmp_path, rng)
     other = tmp_path / "other"
-    install_distribution(other, "plugrt-gpu-example", "plugrt_gpu_example", GPU_PLUGIN.format(version="2.0"),
+    install_distribution(other, "plugrt-gpu-example", "plugrt_gpu_example", ECHO_PLUGIN.format(version="2.0"),
                          version="2.0")
     with SysPath(other, ["plugrt_gpu_example"]):
         with pytest.raises(PlanError, match=r"built with plugrt-gpu-example 1\.2.*2\.0.*is installed"):

@@ -16,7 +16,6 @@ from typing import Mapping
 import numpy as np
 
 from plugrt.bindings import check_inputs
-from plugrt.device import simulated
 from plugrt.engine.launcher import PreparedLaunch
 from plugrt.engine.specialize import concretize, is_host_node
 from plugrt.errors import BindingError, PlugrtError
@@ -146,14 +145,7 @@ class Specialization:
             if all(o is None or o.size == 0 for o in outs):
                 continue
             tactic = _find_tactic(engine.registry.op(node), node, graph, layer.tactic)
-            workspace = context.workspace
-            if tactic.workspace_bytes and (workspace is None or workspace.size < tactic.workspace_bytes):
-                workspace = cuda.device_array(tactic.workspace_bytes, np.uint8)
-                self._own[f"workspace/{node.name}"] = workspace
-            elif workspace is not None and tactic.workspace_bytes:
-                workspace = workspace[:tactic.workspace_bytes]
-            elif not tactic.workspace_bytes:
-                workspace = None
+            workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
                 launches = [PreparedLaunch(launch) for launch in tactic.launches(ins, outs, workspace)]
             except PlugrtError:
@@ -187,6 +179,19 @@ class Specialization:
         if value.info.value is not None and name not in self.graph.inputs:
             return self._upload(name, value.info.value)
         return self._view(context, name)
+
+    def _workspace(self, context: ExecutionContext, nbytes: int, layer: str):
+        """The context's workspace cut to ``nbytes``; an own one if this shape needs more."""
+        from numba import cuda
+
+        if not nbytes:
+            return None
+        if context.workspace is not None and context.workspace.size >= nbytes:
+            return context.workspace[:nbytes]
+        key = f"workspace/{layer}"
+        if key not in self._own:
+            self._own[key] = cuda.device_array(nbytes, np.uint8)
+        return self._own[key]
 
     def _upload(self, name: str, array: np.ndarray):
         from numba import cuda
@@ -243,4 +248,4 @@ def host_seconds_per_launch(context: ExecutionContext, repeats: int = 200) -> fl
     return elapsed / (repeats * len(spec.launches))
 
 
-__all__ = ["ExecutionContext", "Specialization", "host_seconds_per_launch", "simulated"]
+__all__ = ["ExecutionContext", "Specialization", "host_seconds_per_launch"]

@@ -85,8 +85,7 @@ class _RawLaunch:
                 values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(int(arg.size)),
                            ctypes.c_int64(int(arg.dtype.itemsize)), ctypes.c_void_p(cai["data"][0] or 0)]
                 values += [ctypes.c_int64(int(s)) for s in arg.shape]
-                strides = arg.strides if arg.strides else tuple(int(s) for s in np.empty(0).strides)
-                values += [ctypes.c_int64(int(s)) for s in strides]
+                values += [ctypes.c_int64(int(s)) for s in arg.strides]
             elif str(ty) in _CTYPES_BY_NAME:
                 values.append(_CTYPES_BY_NAME[str(ty)](arg.item() if hasattr(arg, "item") else arg))
             elif str(ty) == "float16":
