@@ -40,13 +40,15 @@ class ExecutionContext:
     # ------------------------------------------------------------------ running
 
     def execute(self, feeds: Mapping[str, object], device_outputs: bool = False) -> dict:
-        """Run synchronously; return the outputs as NumPy arrays (or device arrays)."""
-        outputs = self.execute_async(feeds, self.stream)
-        self.stream.synchronize()
+        """Run synchronously; return the outputs as NumPy arrays (or fresh device arrays)."""
         if device_outputs:
+            outputs = self.execute_async(feeds, self.stream)
+            self.stream.synchronize()
             return outputs
-        return {name: (value if isinstance(value, np.ndarray) else value.copy_to_host())
-                for name, value in outputs.items()}
+        spec = self._run(feeds, self.stream)
+        self.stream.synchronize()
+        return {name: np.array(value) if kind == "host" else value.copy_to_host()
+                for name, (kind, value) in spec.outputs.items()}
 
     def execute_async(self, feeds: Mapping[str, object], stream=None) -> dict:
         """Enqueue a run on ``stream``; return fresh device arrays for the outputs
@@ -54,6 +56,20 @@ class ExecutionContext:
         from numba import cuda
 
         stream = self._stream(stream)
+        spec = self._run(feeds, stream)
+        results = {}
+        for name, (kind, value) in spec.outputs.items():
+            if kind == "host":
+                results[name] = np.array(value)
+                continue
+            out = cuda.device_array(value.shape, value.dtype, stream=stream)
+            if value.size:
+                out.copy_to_device(value, stream=stream)
+            results[name] = out
+        return results
+
+    def _run(self, feeds: Mapping[str, object], stream) -> "Specialization":
+        """Check and copy in the inputs, then enqueue the launches; outputs stay in the arena."""
         feeds = self._bind(feeds)
         values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
         spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
@@ -63,17 +79,7 @@ class ExecutionContext:
                 view.copy_to_device(np.ascontiguousarray(source) if isinstance(source, np.ndarray) else source,
                                     stream=stream)
         spec.enqueue(stream)
-        results = {}
-        for name in self.engine.graph.outputs:
-            kind, value = spec.outputs[name]
-            if kind == "host":
-                results[name] = np.array(value)
-                continue
-            out = cuda.device_array(value.shape, value.dtype, stream=stream)
-            if value.size:
-                out.copy_to_device(value, stream=stream)
-            results[name] = out
-        return results
+        return spec
 
     def enqueue(self, stream=None) -> None:
         """Replay the current specialization's launches on inputs already in place."""
