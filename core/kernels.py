@@ -10,7 +10,8 @@ The toolkit holds index arithmetic only; the math is always the plugin's.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 from numba import cuda
@@ -91,6 +92,57 @@ def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> np.ndar
         axis = rank - len(shape) + k
         strides[axis] = own[k] if size != 1 else 0
     return strides
+
+
+# --------------------------------------------------------------------------- epilogues
+
+
+@dataclass(frozen=True, eq=False)
+class Epilogue:
+    """Per-element work an anchor tactic (Conv, Gemm, MatMul) does before its store.
+
+    The core composes it from the pointwise plugins' device functions (bias, activation
+    chains, a residual add, scaling); an anchor plugin only has to call it.
+
+    ``fn(value, index, operands)`` is a ``@jit(device=True)`` function. ``value`` is the
+    anchor's result for one output element, as it would be stored (float32 compute for
+    float32/float16 outputs, float64 for float64), ``index`` the element's flat C-order
+    index in the anchor's output (int64), and ``operands`` the tuple :meth:`arguments`
+    returns, passed through the kernel untouched. ``fn`` returns the value to store; the
+    store casts it to the output's dtype.
+
+    An anchor tactic given an epilogue:
+
+    - compiles its kernel per ``fn`` (use ``fn`` in the kernel factory's cache key);
+    - in ``launches(ins, outs, workspace)`` reads its own inputs from ``ins[:first]`` only
+      (the epilogue's tensors follow them) and passes ``arguments(ins)`` to the kernel as
+      one argument;
+    - stores ``out[index] = fn(value, index, operands)`` for every element, exactly once
+      (a split-K tactic applies it in its final reduction, never to partial sums).
+    """
+
+    fn: Callable
+    #: Where the epilogue's tensors start in ``ins`` (the anchor node's input count).
+    first: int
+    #: Index table the composed ``fn`` reads (output shape, operand strides).
+    table: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    #: A short description for tactic names and logs (``"Add+Relu"``).
+    label: str = ""
+    key: Hashable = None
+
+    def arguments(self, ins: Sequence[Any]) -> tuple:
+        """The kernel argument: ``(table, operand0, operand1, ...)``, operands flattened."""
+        return (to_device(self.table),) + tuple(flat(array) for array in ins[self.first:])
+
+
+@jit(device=True)
+def _store_as_is(value, index, operands):
+    return value
+
+
+def no_epilogue(first: int) -> Epilogue:
+    """The epilogue that stores the value unchanged: an anchor's tactics without fusion."""
+    return Epilogue(_store_as_is, first, label="")
 
 
 # --------------------------------------------------------------------------- pointwise

@@ -10,9 +10,14 @@ Lifecycle of a node, and the plugin methods the core calls on the way:
 2. inference: :meth:`OpPlugin.check` (refuse what the plugin declares unsupported), then
    :meth:`OpPlugin.infer` (output dtypes and shapes, symbolic dims allowed);
 3. constant folding, reference execution, calibration: :meth:`OpPlugin.reference`;
-4. engine build: :meth:`OpPlugin.tactics` (CUDA implementations), :meth:`OpPlugin.pointwise`
-   (a scalar device function the core can fuse into chains and epilogues);
-5. plan files: :meth:`OpPlugin.serialize` (extra JSON-safe data; never pickle).
+4. graph passes: :meth:`OpPlugin.forwards` (the node is a no-op the core may remove),
+   :meth:`OpPlugin.as_scale` and :meth:`OpPlugin.fold_scale` (a per-channel scale and shift,
+   such as an inference BatchNormalization, folded into an anchor's weights);
+   ``foldable`` (whether constant folding may run the reference);
+5. engine build: :meth:`OpPlugin.tactics` (CUDA implementations; anchors also accept an
+   epilogue), :meth:`OpPlugin.pointwise` (a scalar device function the core fuses into
+   chains and epilogues);
+6. plan files: :meth:`OpPlugin.serialize` (extra JSON-safe data; never pickle).
 """
 
 from __future__ import annotations
@@ -129,7 +134,12 @@ class OpPlugin:
     - ``attributes``: the :class:`Attr` it accepts; others are refused at import;
     - ``inputs``, ``outputs``: ``(min, max)`` counts, optional ones included;
     - ``groups``: names from this module (``POINTWISE``, ``REDUCTION``, ...) for fusion rules;
-    - ``dtypes``: the input dtypes it accepts; the core refuses others before ``check``.
+    - ``dtypes``: the input dtypes it accepts; the core refuses others before ``check``;
+    - ``foldable``: ``False`` for ops whose outputs differ from run to run (random
+      generators); constant folding and value propagation never run their reference.
+
+    Groups the core's passes read: ``POINTWISE`` (with :meth:`pointwise`: fused into chains
+    and epilogues), ``ANCHOR`` (its :meth:`tactics` accept an ``epilogue``).
     """
 
     op_type: ClassVar[str] = ""
@@ -142,6 +152,7 @@ class OpPlugin:
     outputs: ClassVar[tuple[int, int]] = (1, 1)
     groups: ClassVar[frozenset[str]] = frozenset()
     dtypes: ClassVar[frozenset[np.dtype]] = ALL_DTYPES
+    foldable: ClassVar[bool] = True
 
     # ----------------------------------------------------------------- identity
 
@@ -180,13 +191,52 @@ class OpPlugin:
         """
         raise NotImplementedError(f"{type(self).__name__}.reference")
 
+    # ----------------------------------------------------------------- graph passes
+
+    def forwards(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> int | None:
+        """Return the index of the input that output 0 always equals, or ``None``.
+
+        A node that forwards an input unchanged (Identity, an inference-time Dropout, a
+        Reshape to the shape it already has, a Cast to the dtype it already has) is removed
+        by the core, its consumers reading that input instead. Only output 0 may be used
+        by the graph (other outputs must be unused); the core checks that. ``inputs`` carry
+        shapes (maybe symbolic) and, for constants, values.
+        """
+        return None
+
+    def as_scale(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> "Scale | None":
+        """Return a :class:`Scale` when output 0 is ``inputs[k] * scale + shift`` with constant
+        ``scale`` and ``shift`` (an inference BatchNormalization; Mul, Add, Sub or Div by a
+        constant), or ``None``. The core folds such a node into a preceding anchor through
+        that anchor's :meth:`fold_scale`.
+        """
+        return None
+
+    def fold_scale(self, node: "Node", inputs: Sequence[TensorInfo | None], output: TensorInfo,
+                   scale: np.ndarray, shift: np.ndarray) -> dict[int, np.ndarray] | None:
+        """Absorb ``y * scale + shift`` into this node's constant inputs, or return ``None``.
+
+        ``scale`` and ``shift`` broadcast (NumPy rules) against ``output``, this node's
+        output 0. Return new constant arrays by input index (an index the node omits, such
+        as an absent bias, adds that input) such that the node then computes
+        ``node(x) * scale + shift``; return ``None`` when they vary along an axis the
+        weights cannot express or the weights are not constants.
+        """
+        return None
+
     # ----------------------------------------------------------------- engine
 
-    def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo]) -> list:
+    def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
+                epilogue=None) -> list:
         """Return the CUDA implementations (:class:`plugrt.tactic.Tactic`) of this node, best first.
 
         Shapes are concrete here; inputs known at build time carry their ``value``. The
         default wraps :meth:`pointwise` in the toolkit's broadcasting elementwise kernel.
+
+        Plugins in the ``ANCHOR`` group accept an ``epilogue``
+        (:class:`plugrt.kernels.Epilogue`): every tactic they return then applies it to each
+        output element before the store (see that class for the contract). Others are never
+        given one.
         """
         fn = self.pointwise(node, inputs)
         if fn is None or len(outputs) != 1:
@@ -225,6 +275,19 @@ class OpPlugin:
             if info is not None and info.dtype not in allowed:
                 names = ", ".join(sorted(str(d) for d in allowed))
                 raise self.unsupported(node, f"input {i} of dtype {info.dtype}", f"supported: {names}")
+
+
+@dataclass(frozen=True, eq=False)
+class Scale:
+    """``output = inputs[input] * scale + shift``, what :meth:`OpPlugin.as_scale` returns.
+
+    ``scale`` and ``shift`` are constant arrays that broadcast (NumPy rules) against the
+    output; the core passes them on to an anchor's :meth:`OpPlugin.fold_scale`.
+    """
+
+    input: int
+    scale: np.ndarray
+    shift: np.ndarray
 
 
 @dataclass(frozen=True)

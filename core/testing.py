@@ -122,4 +122,56 @@ def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapp
     return [expected[o] for o in graph.outputs]
 
 
-__all__ = ["check_node", "node_tactics", "run_tactic", "single_node_model", "PlugrtError"]
+def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Fresh random inputs for every graph input (static shapes): normal floats, small
+    integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in graph.inputs:
+        info = graph.info(name)
+        shape = tuple(int(d) for d in info.shape)
+        if info.dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(info.dtype)
+        elif info.dtype.kind == "b":
+            feeds[name] = rng.random(shape) < 0.5
+        else:
+            feeds[name] = rng.integers(1, 5, shape).astype(info.dtype)
+    return feeds
+
+
+def check_pass(model, run, *, registry=None, feeds: Mapping[str, np.ndarray] | None = None, rtol: float = 1e-5,
+               atol: float = 1e-6, seed: int = 0) -> tuple[Graph, Graph]:
+    """Run one graph pass on a model and compare the reference outputs before and after.
+
+    :param model: an ONNX model (anything :func:`import_model` reads) or a :class:`Graph`.
+    :param run: the pass, ``run(graph, registry) -> int`` (a ``plugrt.passes`` module's
+        ``run``, or a plugin's :class:`~plugrt.plugin.GraphPass` ``run``).
+    :returns: ``(before, after)`` graphs; the caller asserts what the pass should have
+        changed (node counts, op types).
+    :raises AssertionError: when the outputs differ, or the rewritten graph is invalid.
+    """
+    from plugrt.ir.validate import validate_graph
+    from plugrt.reference import ReferenceExecutor
+    from plugrt.registry import default_registry
+
+    registry = registry or default_registry()
+    before = model if isinstance(model, Graph) else import_model(model, registry=registry)
+    after = before.copy()
+    run(after, registry)
+    validate_graph(after, registry)
+    assert after.inputs == before.inputs and after.outputs == before.outputs, "a pass must keep the bindings"
+    feeds = dict(feeds) if feeds is not None else random_feeds(before, seed)
+    want = ReferenceExecutor(before, registry).run(feeds)
+    got = ReferenceExecutor(after, registry).run(feeds)
+    for name in before.outputs:
+        assert got[name].dtype == want[name].dtype, f"output {name!r}: dtype {got[name].dtype}, before {want[name].dtype}"
+        assert got[name].shape == want[name].shape, f"output {name!r}: shape {got[name].shape}, before {want[name].shape}"
+        if want[name].dtype.kind in "fc":
+            np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64), rtol=rtol,
+                                       atol=atol, err_msg=f"output {name!r} after the pass", equal_nan=True)
+        else:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"output {name!r} after the pass")
+    return before, after
+
+
+__all__ = ["check_node", "check_pass", "random_feeds", "node_tactics", "run_tactic", "single_node_model", "PlugrtError"]

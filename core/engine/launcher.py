@@ -67,7 +67,6 @@ class _RawLaunch:
 
     def __init__(self, launch: Launch, grid, block):
         from cuda.bindings import driver as drv
-        from numba import types
 
         kernel = launch.kernel
         argtypes = tuple(kernel.typeof_pyval(a) for a in launch.args)
@@ -80,18 +79,7 @@ class _RawLaunch:
             _check(drv.cuFuncSetAttribute(function, attr, int(launch.shared_bytes))[0], "cuFuncSetAttribute")
         values: list = []
         for ty, arg in zip(compiled.argument_types, launch.args):
-            if isinstance(ty, types.Array):
-                cai = arg.__cuda_array_interface__
-                values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(int(arg.size)),
-                           ctypes.c_int64(int(arg.dtype.itemsize)), ctypes.c_void_p(cai["data"][0] or 0)]
-                values += [ctypes.c_int64(int(s)) for s in arg.shape]
-                values += [ctypes.c_int64(int(s)) for s in arg.strides]
-            elif str(ty) in _CTYPES_BY_NAME:
-                values.append(_CTYPES_BY_NAME[str(ty)](arg.item() if hasattr(arg, "item") else arg))
-            elif str(ty) == "float16":
-                values.append(ctypes.c_uint16(int(np.float16(arg).view(np.uint16))))
-            else:
-                raise TypeError(f"argument type {ty} is not supported by raw launches")
+            _pack(ty, arg, values)
         self._keep = (launch, values)
         self._params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         self._params_address = ctypes.addressof(self._params)
@@ -107,6 +95,27 @@ class _RawLaunch:
                                         self._params_address, 0)
         if err != self._drv.CUresult.CUDA_SUCCESS:
             _check(err, "cuLaunchKernel")
+
+
+def _pack(ty, arg, values: list) -> None:
+    """Append ``arg``'s kernel parameters the way Numba lays them out (tuples flattened)."""
+    from numba import types
+
+    if isinstance(ty, types.Array):
+        cai = arg.__cuda_array_interface__
+        values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(int(arg.size)),
+                   ctypes.c_int64(int(arg.dtype.itemsize)), ctypes.c_void_p(cai["data"][0] or 0)]
+        values += [ctypes.c_int64(int(s)) for s in arg.shape]
+        values += [ctypes.c_int64(int(s)) for s in arg.strides]
+    elif isinstance(ty, types.BaseTuple):
+        for item_type, item in zip(ty, arg):
+            _pack(item_type, item, values)
+    elif str(ty) in _CTYPES_BY_NAME:
+        values.append(_CTYPES_BY_NAME[str(ty)](arg.item() if hasattr(arg, "item") else arg))
+    elif str(ty) == "float16":
+        values.append(ctypes.c_uint16(int(np.float16(arg).view(np.uint16))))
+    else:
+        raise TypeError(f"argument type {ty} is not supported by raw launches")
 
 
 def _stream_handle(stream) -> int:

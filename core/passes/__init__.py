@@ -1,0 +1,136 @@
+"""Graph passes: the optimizations the builder runs between import and tactic selection.
+
+Each core pass is one module here with one function ``run(graph, registry) -> int`` that
+rewrites the graph in place and returns how many rewrites it made (0: nothing to do).
+:data:`PIPELINE` is the order; :func:`optimize` runs it, plugins' passes included
+(``plugrt_passes``), validates the graph after every pass, and logs node counts.
+
+Order, and why:
+
+1. cleanup: constant folding (shape computations included), no-op removal, pairs of
+   layout ops that cancel or merge, common subexpressions, dead code;
+2. fusion that changes what ops the graph holds: scales (BatchNormalization, Mul/Add by
+   a constant) folded into anchor weights, then primitive-op patterns replaced by fused
+   ops (LayerNorm, Softmax, GELU), then the plugins' passes (same rule: a pattern rewrite
+   to a plugin's op), lowest ``priority`` first, then plugin name, then pass name. A node
+   one pass has rewritten is not there for a later pass to match: the first wins;
+3. fusion into generated kernels: epilogues onto anchors, then chains of pointwise ops;
+4. dead code again.
+
+``--no-fusion`` (``BuilderConfig.fusion = False``) skips groups 2 and 3;
+``--disable-pass NAME`` skips one pass (a plugin's pass is named ``plugin:pass``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from plugrt.errors import PlugrtError
+from plugrt.ir.graph import Graph
+from plugrt.ir.validate import validate_graph
+
+log = logging.getLogger("plugrt.passes")
+
+CLEANUP = "cleanup"
+FUSION = "fusion"
+
+
+@dataclass(frozen=True)
+class PassEntry:
+    """One step of the pipeline: a name, its group and the function that runs it."""
+
+    name: str
+    group: str
+    run: Callable[[Graph, object], int]
+    plugin: str | None = None
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did: node counts before and after, rewrites, seconds."""
+
+    name: str
+    nodes_before: int
+    nodes_after: int
+    rewrites: int
+    seconds: float
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "rewrites": self.rewrites, "seconds": round(self.seconds, 4)}
+
+
+#: (module name, group), in order. ``None`` marks where the plugins' passes run.
+PIPELINE: tuple = (
+    ("fold_constants", CLEANUP),
+    ("remove_noops", CLEANUP),
+    ("simplify_pairs", CLEANUP),
+    ("eliminate_common_subexpressions", CLEANUP),
+    ("eliminate_dead_code", CLEANUP),
+    ("fold_scales", FUSION),
+    ("fuse_layernorm", FUSION),
+    ("fuse_softmax", FUSION),
+    ("fuse_gelu", FUSION),
+    None,
+    ("eliminate_dead_code", CLEANUP),
+    ("fuse_epilogues", FUSION),
+    ("fuse_pointwise", FUSION),
+    ("eliminate_dead_code", CLEANUP),
+)
+
+
+def core_pass_names() -> list[str]:
+    return sorted({entry[0] for entry in PIPELINE if entry is not None})
+
+
+def pipeline(registry) -> list[PassEntry]:
+    """The passes in the order they run, the registry's plugin passes included."""
+    entries = []
+    for step in PIPELINE:
+        if step is None:
+            for owner, graph_pass in registry.passes():
+                entries.append(PassEntry(f"{owner}:{graph_pass.name}", FUSION, graph_pass.run, owner))
+            continue
+        name, group = step
+        module = importlib.import_module(f"plugrt.passes.{name}")
+        entries.append(PassEntry(name, group, module.run))
+    return entries
+
+
+def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str] = ()) -> list[PassResult]:
+    """Run the pipeline on ``graph`` in place; return what each pass did.
+
+    :raises PlugrtError: for a disabled name that is no pass, or a pass that breaks the
+        graph (named, with the problem).
+    """
+    entries = pipeline(registry)
+    disabled = set(disabled)
+    unknown = disabled - {e.name for e in entries}
+    if unknown:
+        known = ", ".join(sorted({e.name for e in entries}))
+        raise PlugrtError(f"--disable-pass {', '.join(sorted(unknown))}: no such pass; the passes are {known}")
+    results = []
+    for entry in entries:
+        if entry.name in disabled or (entry.group == FUSION and not fusion):
+            continue
+        before, started = len(graph.nodes), time.perf_counter()
+        try:
+            rewrites = int(entry.run(graph, registry) or 0)
+        except PlugrtError as exc:
+            raise PlugrtError(f"pass {entry.name}: {exc}") from exc
+        seconds = time.perf_counter() - started
+        try:
+            validate_graph(graph, registry)
+        except PlugrtError as exc:
+            owner = f" of plugin {entry.plugin!r}" if entry.plugin else ""
+            raise PlugrtError(f"pass {entry.name}{owner} left an invalid graph: {exc}; build with "
+                              f"--disable-pass {entry.name} to work around it") from exc
+        result = PassResult(entry.name, before, len(graph.nodes), rewrites, seconds)
+        results.append(result)
+        log.info("pass %-32s %4d -> %4d nodes (%d rewrites, %.3f s)", entry.name, before, len(graph.nodes),
+                 rewrites, seconds)
+    return results

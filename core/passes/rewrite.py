@@ -1,0 +1,115 @@
+"""Graph editing the passes share: rerouting values, fresh names, new constants and nodes.
+
+Passes edit a :class:`~plugrt.ir.graph.Graph` in place. Nodes are immutable, so a pass
+replaces a node by a new one (``node.replace(...)``) at the same position, or appends a
+node and lets :func:`finish` restore topological order, infer the new values' types and
+validate the result.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from plugrt.ir.graph import Graph, Node, Value
+from plugrt.ir.infer import infer_node
+from plugrt.ir.validate import validate_graph
+
+
+def fresh_name(graph: Graph, base: str) -> str:
+    """A value or node name not used in ``graph`` yet, derived from ``base``."""
+    taken = set(graph.values) | {n.name for n in graph.nodes}
+    if base not in taken:
+        return base
+    index = 1
+    while f"{base}_{index}" in taken:
+        index += 1
+    return f"{base}_{index}"
+
+
+def add_constant(graph: Graph, base: str, array: np.ndarray) -> str:
+    """Add an initializer under a fresh name derived from ``base``; return the name."""
+    name = fresh_name(graph, base)
+    graph.add_const(name, np.asarray(array))
+    return name
+
+
+def replace_value(graph: Graph, old: str, new: str) -> bool:
+    """Make every reader of ``old`` read ``new`` instead; return ``False`` if impossible.
+
+    A graph output keeps its name (it is a binding): when ``old`` is one, the producer of
+    ``new`` is made to produce ``old`` instead (and ``new``'s readers read ``old``), which
+    needs ``new`` to be a node output that is not itself a graph output. The node that
+    produced ``old`` stays, with that output renamed to a dead name; the caller removes it
+    (or dead-code elimination does).
+    """
+    if old == new:
+        return True
+    if old not in graph.outputs:
+        _rename_uses(graph, old, new)
+        return True
+    producers = graph.producers()
+    if new not in producers or new in graph.outputs:
+        return False
+    dead = fresh_name(graph, f"{old}_unused")
+    _rename_output(graph, producers[old], old, dead)
+    graph.values[dead] = Value(dead, graph.values[old].info)
+    _rename_output(graph, graph.producers()[new], new, old)
+    graph.values[old].info = graph.values[new].info
+    _rename_uses(graph, new, old)
+    del graph.values[new]
+    return True
+
+
+def _rename_output(graph: Graph, node: Node, old: str, new: str) -> None:
+    replace_node(graph, node, node.replace(outputs=tuple(new if o == old else o for o in node.outputs)))
+
+
+def _rename_uses(graph: Graph, old: str, new: str) -> None:
+    for index, node in enumerate(graph.nodes):
+        if old in node.inputs:
+            graph.nodes[index] = node.replace(inputs=tuple(new if i == old else i for i in node.inputs))
+
+
+def replace_node(graph: Graph, old: Node, new: Node) -> None:
+    """Put ``new`` where ``old`` is, registering any new output values (untyped)."""
+    graph.nodes[graph.nodes.index(old)] = new
+    for name in new.outputs:
+        if name and name not in graph.values:
+            graph.values[name] = Value(name)
+
+
+def remove_nodes(graph: Graph, nodes: Iterable[Node]) -> None:
+    """Drop ``nodes`` and the values only they produced (their readers must be gone)."""
+    dropped = {id(n) for n in nodes}
+    for node in graph.nodes:
+        if id(node) in dropped:
+            for name in node.outputs:
+                if name and name not in graph.outputs:
+                    graph.values.pop(name, None)
+    graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+
+
+def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:
+    """The ONNX node names a set of nodes stands for, in order, without repeats."""
+    seen: dict[str, None] = {}
+    for node in nodes:
+        for name in node.origin or (node.name,):
+            seen.setdefault(name, None)
+    return tuple(seen)
+
+
+def finish(graph: Graph, registry) -> None:
+    """Restore topological order, infer types of values that lack them, and validate."""
+    graph.toposort()
+    for node in graph.nodes:
+        if any(name and graph.values[name].info is None for name in node.outputs):
+            infer_node(graph, registry, node)
+    validate_graph(graph, registry)
+
+
+def unused_values(graph: Graph) -> set[str]:
+    """Node outputs nothing reads and that are not graph outputs."""
+    used = {name for node in graph.nodes for name in node.inputs if name} | set(graph.outputs)
+    return {name for node in graph.nodes for name in node.outputs if name and name not in used}
