@@ -113,3 +113,17 @@ def unused_values(graph: Graph) -> set[str]:
     """Node outputs nothing reads and that are not graph outputs."""
     used = {name for node in graph.nodes for name in node.inputs if name} | set(graph.outputs)
     return {name for node in graph.nodes for name in node.outputs if name and name not in used}
+
+
+def make_node(graph: Graph, registry, op_type: str, inputs: Iterable[str], outputs: Iterable[str],
+              attrs: dict | None = None, *, opset: int, domain: str = "", name: str = "",
+              origin: tuple[str, ...] = ()) -> Node | None:
+    """A new node of an installed op, its attributes completed with the plugin's defaults
+    (as import does); ``None`` when no installed plugin provides the op at ``opset``."""
+    op = registry.find_op(domain, op_type, opset)
+    if op is None:
+        return None
+    full = {attr.name: attr.default for attr in op.attributes}
+    full.update(attrs or {})
+    return Node(name or fresh_name(graph, op_type.lower()), op_type, domain, tuple(inputs), tuple(outputs), full,
+                opset, origin)
