@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     for which in ("min", "opt", "max"):
         build.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
                            help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224")
+    build.add_argument("--no-fusion", action="store_true",
+                       help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
+    build.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                       help="skip one graph pass (repeatable); `plugrt inspect` lists the passes that ran")
+    build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
     build.set_defaults(handler=cmd_build)
 
     run = commands.add_parser("run", help="run a plan file")
@@ -137,8 +142,12 @@ def cmd_build(args) -> int:
     from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
 
     announce_once()
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
-    config = BuilderConfig()
+    config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass))
     names = set().union(*shapes.values())
     if names:
         profile = OptimizationProfile()
@@ -261,6 +270,13 @@ def cmd_inspect(args) -> int:
         outs = ", ".join(f"{n}{s}" for n, s in layer["outputs"].items())
         print(f"  {layer['name']:30s} {layer['op']:22s} {layer['tactic']:18s} {layer['precision']:8s} -> {outs}"
               f"  [{layer['plugin']} ({layer['distribution']})]")
+        if len(layer["onnx_nodes"]) > 1:
+            print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")
+    if report["passes"]:
+        print("graph passes (nodes before -> after):")
+        for entry in report["passes"]:
+            if entry["rewrites"]:
+                print(f"  {entry['name']:34s} {entry['nodes_before']:5d} -> {entry['nodes_after']:5d}")
     print(f"memory: weights {memory['weights_bytes']} B, arena {memory['arena_bytes']} B, "
           f"workspace {memory['workspace_bytes']} B")
     return 0

@@ -9,7 +9,6 @@ The toolkit holds index arithmetic only; the math is always the plugin's.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -148,36 +147,6 @@ def no_epilogue(first: int) -> Epilogue:
 # --------------------------------------------------------------------------- pointwise
 
 
-def _is_half(dtype) -> bool:
-    return np.dtype(dtype) == np.float16
-
-
-@functools.lru_cache(maxsize=None)
-def _pointwise_kernel(fn: Callable, arity: int, widen: tuple[bool, ...], same_shape: bool):
-    """Generate ``out[i] = fn(x0[...], x1[...], ...)`` as a grid-stride kernel.
-
-    ``widen[k]`` loads input k as float32 (float16 storage). ``same_shape`` drops the
-    index arithmetic when every input has the output's shape.
-    """
-    args = ", ".join(f"x{k}, s{k}" for k in range(arity))
-    loads = ", ".join(("float32(x{k}[o{k}])" if widen[k] else "x{k}[o{k}]").format(k=k) for k in range(arity))
-    lines = [f"def kernel(out, n, oshape, ndim{', ' if arity else ''}{args}):",
-             "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):"]
-    if same_shape:
-        lines += [f"        o{k} = i" for k in range(arity)]
-    else:
-        lines += ["        r = i"]
-        lines += [f"        o{k} = 0" for k in range(arity)]
-        lines += ["        for d in range(ndim - 1, -1, -1):",
-                  "            c = r % oshape[d]",
-                  "            r //= oshape[d]"]
-        lines += [f"            o{k} += c * s{k}[d]" for k in range(arity)]
-    lines += [f"        out[i] = fn({loads})"]
-    namespace = {"cuda": cuda, "fn": fn, "float32": np.float32}
-    exec(compile("\n".join(lines) + "\n", f"<plugrt pointwise/{arity}>", "exec"), namespace)
-    return jit(namespace["kernel"])
-
-
 def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> Tactic:
     """A tactic that computes ``output = fn(*inputs)`` elementwise with broadcasting.
 
@@ -187,20 +156,7 @@ def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str
     :param inputs: the node's input ``TensorInfo`` (concrete shapes), ``None`` for omitted.
     :param output: the output ``TensorInfo``.
     """
-    present = [k for k, info in enumerate(inputs) if info is not None]
-    out_shape = tuple(int(d) for d in output.shape) or (1,)  # a 0-d output is one element
-    same_shape = all((tuple(inputs[k].shape) or (1,)) == out_shape for k in present)
-    widen = tuple(_is_half(inputs[k].dtype) for k in present)
-    kernel = _pointwise_kernel(fn, len(present), widen, same_shape)
+    from plugrt.fusion.codegen import Program, Step, chain_tactic
 
-    def launches(ins, outs, workspace):
-        out = flat(outs[0])
-        n = int(out.shape[0])
-        oshape = to_device(np.asarray(out_shape, dtype=np.int64))
-        args: list = [out, np.int64(n), oshape, np.int64(len(out_shape))]
-        for k in present:
-            args += [flat(ins[k]), to_device(broadcast_strides(inputs[k].shape, out_shape))]
-        blocks, threads = grid_1d(n)
-        return [Launch(kernel, blocks, threads, tuple(args))]
-
-    return Tactic(name, launches, {"same_shape": same_shape})
+    step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
+    return chain_tactic(Program(tuple(inputs), (step,), (0,)), [output], name)

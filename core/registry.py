@@ -26,6 +26,8 @@ from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin
 
 ENTRY_POINT_GROUP = "plugrt.plugins"
 CORE_DISTRIBUTION = "plugrt"
+#: The plugin the core registers itself in every registry (the fused-layer op).
+CORE_PLUGIN = "core-fusion"
 
 
 @dataclass
@@ -82,6 +84,18 @@ class Registry:
         if os.environ.get("PLUGRT_TRACE_PLUGINS"):
             self.pm.trace.root.setwriter(sys.stderr.write)
             self.pm.enable_tracing()
+        self._register_core()
+
+    def _register_core(self) -> None:
+        """The core's own op: the fused layers its passes make (no op math; see plugrt.fusion)."""
+        from plugrt import __version__
+        from plugrt.fusion.op import FusionPlugin
+
+        try:
+            version = metadata.version(CORE_DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            version = __version__
+        self.register(FusionPlugin(self), name=CORE_PLUGIN, distribution=CORE_DISTRIBUTION, version=version)
 
     # ------------------------------------------------------------------ loading
 

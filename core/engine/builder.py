@@ -1,6 +1,7 @@
 """The builder: an ONNX model or IR graph plus a config becomes an :class:`Engine`.
 
-Steps: import, resolve the optimization profile, infer concrete shapes at the profile's
+Steps: import, optimize the graph (:mod:`plugrt.passes`: folding, cleanup, fusion),
+resolve the optimization profile, infer concrete shapes at the profile's
 opt and max shapes, choose a tactic for every device layer at opt shapes (the plugin's
 preference order; timing comes with the tactic tuner), and plan activation memory for
 the max shapes by liveness.
@@ -43,8 +44,13 @@ class Builder:
         """Build an engine from an ONNX model (path, bytes, ModelProto) or a :class:`Graph`."""
         from plugrt.onnx.importer import import_model
 
+        from plugrt.passes import optimize
+
         config = config or BuilderConfig()
-        graph = model if isinstance(model, Graph) else import_model(model, registry=self.registry)
+        graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
+        imported = len(graph.nodes)
+        passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes)
+        log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         profile = resolve_profile(graph, config)
         values = profile.shape_values
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
@@ -58,7 +64,8 @@ class Builder:
         log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
                  len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)})
+                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
+                      passes=[result.as_json() for result in passes])
 
     def _choose_tactics(self, max_graph: Graph, opt_graph: Graph) -> list[LayerRecord]:
         layers, problems = [], []

@@ -20,6 +20,8 @@ from plugrt.engine.graph_io import graph_from_json, graph_to_json
 from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_plan
 from plugrt.engine.profile import OptimizationProfile
 from plugrt.errors import PlanError
+from plugrt.fusion.op import is_fused
+from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
 from plugrt.ir.infer import infer_graph
 
@@ -43,7 +45,8 @@ class Engine:
     """A built engine. Make one with :class:`plugrt.engine.Builder` or :meth:`load`."""
 
     def __init__(self, graph, profile: OptimizationProfile, layers: list[LayerRecord], offsets: dict[str, int],
-                 arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None):
+                 arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None,
+                 passes: list | None = None):
         self.graph = graph
         self.profile = profile
         self.layers = layers
@@ -53,6 +56,8 @@ class Engine:
         self.registry = registry
         self.shapes = shapes or {}
         self.device = device or describe_device()
+        #: What each graph pass did at build time (``PassResult.as_json``).
+        self.passes = passes or []
         self._weights = None
 
     # ------------------------------------------------------------------ bindings
@@ -106,6 +111,7 @@ class Engine:
             "memory": {"offsets": self.offsets, "arena_bytes": self.arena_bytes,
                        "workspace_bytes": self.workspace_bytes},
             "shapes": self.shapes,
+            "passes": self.passes,
         }
         return header, arrays
 
@@ -139,7 +145,7 @@ class Engine:
         infer_graph(graph, registry)
         return cls(graph, profile, layers, {k: int(v) for k, v in memory["offsets"].items()},
                    int(memory["arena_bytes"]), int(memory["workspace_bytes"]), registry,
-                   header.get("shapes"), header.get("device"))
+                   header.get("shapes"), header.get("device"), header.get("passes"))
 
     # ------------------------------------------------------------------ inspection
 
@@ -151,7 +157,8 @@ class Engine:
             node = self.graph.nodes[layer.node_index]
             outs = [n for n in node.outputs if n]
             layers.append({
-                "name": node.name, "op": node.qualified_op, "plugin": layer.plugin,
+                "name": node.name, "op": fused_label(node) if is_fused(node) else node.qualified_op,
+                "plugin": layer.plugin,
                 "distribution": layer.distribution, "tactic": layer.tactic["name"], "params": layer.tactic["params"],
                 "inputs": {n: format_shape(opt.get(n, self._shape(n))) for n in node.inputs if n},
                 "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
@@ -169,6 +176,7 @@ class Engine:
             "profile": self.profile.as_json(),
             "layers": layers,
             "host_nodes": host,
+            "passes": self.passes,
             "memory": {"weights_bytes": self.weight_bytes, "arena_bytes": self.arena_bytes,
                        "workspace_bytes": self.workspace_bytes},
         }

@@ -59,6 +59,8 @@ def _attr_to_json(value, key: str, arrays: dict, node: Node):
         return value.item()
     if isinstance(value, (list, tuple)):
         return [_attr_to_json(v, f"{key}/{i}", arrays, node) for i, v in enumerate(value)]
+    if isinstance(value, dict):  # a fused layer's body entries
+        return {str(k): _attr_to_json(v, f"{key}/{k}", arrays, node) for k, v in value.items()}
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogateescape")
     if value is None or isinstance(value, (int, float, str, bool)):
@@ -71,4 +73,6 @@ def _attr_from_json(value, arrays: dict):
         return arrays[value[_ARRAY_KEY]]
     if isinstance(value, list):
         return [_attr_from_json(v, arrays) for v in value]
+    if isinstance(value, dict):
+        return {k: _attr_from_json(v, arrays) for k, v in value.items()}
     return value

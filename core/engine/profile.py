@@ -68,10 +68,14 @@ class OptimizationProfile:
 
 @dataclass
 class BuilderConfig:
-    """What the builder may do: profiles (one for now) and a workspace limit."""
+    """What the builder may do: profiles (one for now), a workspace limit, and which graph
+    passes run (``fusion=False`` keeps every op its own layer; ``disabled_passes`` names
+    passes to skip, see :mod:`plugrt.passes`)."""
 
     profiles: list[OptimizationProfile] = field(default_factory=list)
     max_workspace_bytes: int = 1 << 30
+    fusion: bool = True
+    disabled_passes: set[str] = field(default_factory=set)
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         if self.profiles:

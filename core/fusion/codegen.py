@@ -1,0 +1,148 @@
+"""Kernel generation for fused pointwise work: chains of the plugins' scalar device functions.
+
+A fused group is an :class:`Program`: leaves (the tensors it reads), steps (one plugin
+device function each, reading leaves or earlier steps) and results (the steps it
+stores). Two generators share it:
+
+- :func:`chain_tactic`: a grid-stride kernel computing every result for each element of
+  the output shape (pointwise-chain fusion; a single pointwise op is a one-step chain);
+- :func:`epilogue`: a device function that an anchor tactic (Conv, Gemm, MatMul) calls on
+  each value before its store (epilogue fusion).
+
+Leaves are read by how they broadcast: a leaf laid out like the output reads element
+``i``, a one-element leaf is read once, others through strides decoded from ``i``. The
+math is the plugins'; this module only writes the loads, the calls and the stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from numba import cuda
+
+from plugrt.kernels import Epilogue, broadcast_strides, flat, grid_1d, jit, to_device
+from plugrt.tactic import Launch, Tactic
+
+SAME, SCALAR, STRIDED = "same", "scalar", "strided"
+
+
+@dataclass(frozen=True)
+class Step:
+    """``fn(*args)``; an arg is ``("leaf", k)``, ``("step", j)`` or ``("value",)`` (the
+    anchor's value, in an epilogue)."""
+
+    fn: Callable
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Program:
+    leaves: tuple  # TensorInfo of each leaf (concrete shapes), aligned with ``ins``; None: not read
+    steps: tuple[Step, ...]
+    results: tuple[int, ...]  # step indices stored, in output order
+
+
+def leaf_kind(info, out_shape: Sequence[int]) -> str | None:
+    if info is None:
+        return None
+    size = int(np.prod(info.shape, dtype=np.int64))
+    if size == 1:
+        return SCALAR
+    if size == int(np.prod(out_shape, dtype=np.int64)):
+        return SAME  # the output's shape, maybe with leading 1s: same flat layout
+    return STRIDED
+
+
+def _body(program: Program, kinds: Sequence[str], ndim: int, value: str | None) -> list[str]:
+    """Source lines for one element ``i``: decode strided offsets, load, call, in order.
+
+    Leaf ``k`` is the array ``x{k}``; strided leaf number ``s`` reads its strides from
+    ``table[ndim * (1 + s) + d]`` (``table[:ndim]`` is the output shape).
+    """
+    lines = []
+    strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
+    if strided:
+        lines += ["r = i"] + [f"p{k} = 0" for k in strided]
+        lines += [f"for d in range({ndim - 1}, -1, -1):", "    c = r % table[d]", "    r //= table[d]"]
+        lines += [f"    p{k} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
+    for k, kind in enumerate(kinds):
+        if kind in (SAME, STRIDED):
+            index = "i" if kind == SAME else f"p{k}"
+            lines.append(f"a{k} = {_load(program.leaves[k], f'x{k}[{index}]')}")
+    for j, step in enumerate(program.steps):
+        args = ", ".join(_ref(a, value) for a in step.args)
+        lines.append(f"t{j} = f{j}({args})")
+    return lines
+
+
+def _load(info, expr: str) -> str:
+    return f"float32({expr})" if np.dtype(info.dtype) == np.float16 else expr
+
+
+def _ref(arg: tuple, value: str | None) -> str:
+    if arg[0] == "leaf":
+        return f"a{arg[1]}"
+    if arg[0] == "step":
+        return f"t{arg[1]}"
+    return value
+
+
+def _table(program: Program, kinds: Sequence[str], out_shape: tuple[int, ...]) -> np.ndarray:
+    parts = [np.asarray(out_shape, np.int64)]
+    parts += [broadcast_strides(program.leaves[k].shape, out_shape) for k, kind in enumerate(kinds) if kind == STRIDED]
+    return np.concatenate(parts).astype(np.int64)
+
+
+_compiled: dict = {}
+
+
+def _compile(source: str, fns: tuple, name: str, device: bool):
+    """Compile generated source once per (source, device functions)."""
+    key = (source, fns, device)
+    if key not in _compiled:
+        namespace: dict[str, Any] = {"cuda": cuda, "float32": np.float32}
+        namespace.update({f"f{j}": fn for j, fn in enumerate(fns)})
+        exec(compile(source, f"<plugrt {name}>", "exec"), namespace)
+        _compiled[key] = jit(device=True)(namespace[name]) if device else jit(namespace[name])
+    return _compiled[key]
+
+
+def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise") -> Tactic:
+    """A tactic computing ``program``'s results elementwise over the outputs' shape."""
+    out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    ndim = len(out_shape)
+    leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
+    stores = ", ".join(f"o{r}" for r in range(len(program.results)))
+    lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
+    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    lines += ["    for i in range(cuda.grid(1), n, cuda.gridsize(1)):"]
+    lines += ["        " + line for line in _body(program, kinds, ndim, None)]
+    lines += [f"        o{r}[i] = t{step}" for r, step in enumerate(program.results)]
+    kernel = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "kernel", device=False)
+    table = _table(program, kinds, out_shape)
+
+    def launches(ins, outs, workspace):
+        n = int(np.prod(out_shape, dtype=np.int64))
+        args = [np.int64(n), to_device(table)] + [flat(o) for o in outs]
+        args += [flat(x) for x, kind in zip(ins, kinds) if kind is not None]
+        blocks, threads = grid_1d(n)
+        return [Launch(kernel, blocks, threads, tuple(args))]
+
+    return Tactic(name, launches)
+
+
+def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str = "") -> Epilogue:
+    """The :class:`~plugrt.kernels.Epilogue` applying ``program`` (one result) to an
+    anchor's value; its leaves are the anchor's extra inputs, from ``ins[first]`` on."""
+    out_shape = tuple(int(d) for d in out_shape) or (1,)
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    lines = ["def epilogue(value, i, operands):", "    table = operands[0]"]
+    lines += [f"    x{k} = operands[{k + 1}]" for k in range(len(kinds))]  # every epilogue leaf is read
+    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    lines += ["    " + line for line in _body(program, kinds, len(out_shape), "value")]
+    lines += [f"    return t{program.results[0]}"]
+    fn = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "epilogue", device=True)
+    return Epilogue(fn, first, _table(program, kinds, out_shape), label)
