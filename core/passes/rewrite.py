@@ -81,14 +81,13 @@ def replace_node(graph: Graph, old: Node, new: Node) -> None:
 
 
 def remove_nodes(graph: Graph, nodes: Iterable[Node]) -> None:
-    """Drop ``nodes`` and the values only they produced (their readers must be gone)."""
+    """Drop ``nodes`` and the values no remaining node produces (their readers must be gone)."""
     dropped = {id(n) for n in nodes}
-    for node in graph.nodes:
-        if id(node) in dropped:
-            for name in node.outputs:
-                if name and name not in graph.outputs:
-                    graph.values.pop(name, None)
+    outputs = {name for node in graph.nodes if id(node) in dropped for name in node.outputs if name}
     graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+    still = {name for node in graph.nodes for name in node.outputs if name}
+    for name in outputs - still - set(graph.outputs):
+        graph.values.pop(name, None)
 
 
 def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:

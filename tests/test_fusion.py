@@ -1,0 +1,185 @@
+"""Epilogue and pointwise-chain fusion: the passes on tiny graphs (reference before/after),
+fused engines against onnxruntime, plan files of fused layers, and property-based random
+pointwise DAGs with broadcasting."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from plugrt.engine import Builder, BuilderConfig, Engine
+from plugrt.fusion.op import FUSED_DOMAIN
+from plugrt.passes import fuse_epilogues, fuse_pointwise
+from plugrt.testing import check_pass, random_feeds
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, name=f"{op.lower()}_{outs[0]}", **attrs)
+
+
+def fused(graph):
+    return [n for n in graph.nodes if n.domain == FUSED_DOMAIN]
+
+
+def onnxruntime_outputs(onnx_model, feeds):
+    session = onnxruntime.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def conv_block(rng):
+    """Conv -> Add(residual) -> Relu -> Mul(scalar): one fused layer."""
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), node("Add", ["c", "r"], ["a"]),
+             node("Relu", ["a"], ["y0"]), node("Mul", ["y0", "half"], ["y"])]
+    return model(nodes, [("x", [1, 3, 4, 4]), ("r", [1, 4, 4, 4])], ["y"],
+                 [("w", w), ("b", b), ("half", np.array(0.5, np.float32))])
+
+
+def test_conv_epilogue_takes_residual_activation_and_scale(rng, registry):
+    before, after = check_pass(conv_block(rng), fuse_epilogues.run, registry=registry)
+    assert len(before.nodes) == 4 and len(after.nodes) == 1
+    (layer,) = fused(after)
+    assert [e["op_type"] for e in layer.attrs["body"]] == ["Conv", "Add", "Relu", "Mul"]
+    assert layer.inputs == ("x", "w", "b", "r", "half") and layer.outputs == ("y",)
+    assert layer.origin == tuple(n.name for n in before.nodes)
+
+
+def test_matmul_epilogue_with_broadcast_bias(rng, registry):
+    wt = rng.standard_normal((6, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    nodes = [node("MatMul", ["x", "wt"], ["m"]), node("Add", ["m", "bias"], ["a"]), node("Tanh", ["a"], ["y"])]
+    onnx_model = model(nodes, [("x", [2, 3, 6])], ["y"], [("wt", wt), ("bias", bias)])
+    before, after = check_pass(onnx_model, fuse_epilogues.run, registry=registry)
+    assert len(after.nodes) == 1 < len(before.nodes)
+
+
+def test_no_epilogue_when_the_anchor_output_has_two_readers(rng, registry):
+    w = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    nodes = [node("Conv", ["x", "w"], ["c"]), node("Relu", ["c"], ["y"]), node("Sigmoid", ["c"], ["z"])]
+    onnx_model = model(nodes, [("x", [1, 3, 2, 2])], ["y", "z"], [("w", w)])
+    before, after = check_pass(onnx_model, fuse_epilogues.run, registry=registry)
+    assert len(after.nodes) == len(before.nodes) and not fused(after)
+
+
+def test_epilogue_stops_where_the_shape_grows(rng, registry):
+    w = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    nodes = [node("Conv", ["x", "w"], ["c"]), node("Relu", ["c"], ["a"]), node("Add", ["a", "big"], ["y"])]
+    onnx_model = model(nodes, [("x", [1, 3, 2, 2]), ("big", [2, 4, 2, 2])], ["y"], [("w", w)])
+    before, after = check_pass(onnx_model, fuse_epilogues.run, registry=registry)
+    assert len(after.nodes) == 2
+    assert [e["op_type"] for e in fused(after)[0].attrs["body"]] == ["Conv", "Relu"]
+
+
+def test_pointwise_diamond_with_intermediate_output(registry):
+    nodes = [node("Sigmoid", ["x"], ["s"]), node("Mul", ["x", "s"], ["m"]), node("Add", ["m", "b"], ["a"]),
+             node("Tanh", ["s"], ["t"]), node("Sub", ["a", "t"], ["y"])]
+    onnx_model = model(nodes, [("x", [2, 3]), ("b", [3])], ["y", "s"])
+    before, after = check_pass(onnx_model, fuse_pointwise.run, registry=registry)
+    assert len(before.nodes) == 5 and len(after.nodes) == 1
+    assert set(fused(after)[0].outputs) == {"y", "s"}
+
+
+def test_pointwise_groups_stay_convex(registry):
+    """Relu -> Softmax (not pointwise, same shape) -> Add(relu, softmax): fusing Relu and Add
+    would make the fused node both feed and read the Softmax."""
+    nodes = [node("Relu", ["x"], ["r"]), node("Softmax", ["r"], ["s"], axis=-1), node("Add", ["r", "s"], ["a"]),
+             node("Neg", ["a"], ["y"])]
+    before, after = check_pass(model(nodes, [("x", [2, 5])], ["y"]), fuse_pointwise.run, registry=registry)
+    groups = [[e["op_type"] for e in n.attrs["body"]] for n in fused(after)]
+    assert groups == [["Add", "Neg"]] and len(after.nodes) == 3
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def test_fused_engine_matches_onnxruntime_and_survives_a_plan_file(rng, registry, tmp_path):
+    onnx_model = conv_block(rng)
+    engine = Builder(registry).build_engine(onnx_model)
+    report = engine.inspect()
+    assert len(report["layers"]) == 1
+    assert report["layers"][0]["op"] == "Conv+Add+Relu+Mul"
+    assert report["layers"][0]["onnx_nodes"] == [n.name for n in onnx_model.graph.node]
+    assert any(p["name"] == "fuse_epilogues" and p["nodes_after"] < p["nodes_before"] for p in report["passes"])
+    unfused = Builder(registry).build_engine(onnx_model, BuilderConfig(fusion=False))
+    assert len(unfused.inspect()["layers"]) == 4
+    path = tmp_path / "fused.plan"
+    engine.save(str(path))
+    loaded = Engine.load(str(path), registry)
+    feeds = {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32),
+             "r": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)}
+    want = onnxruntime_outputs(onnx_model, feeds)["y"]
+    for built in (engine, loaded, unfused):
+        got = built.create_execution_context().execute(feeds)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_disable_pass_by_name_and_unknown_names(rng, registry):
+    config = BuilderConfig(disabled_passes={"fuse_epilogues"})
+    layers = Builder(registry).build_engine(conv_block(rng), config).inspect()["layers"]
+    assert [layer["op"] for layer in layers] == ["Conv", "Add+Relu+Mul"]
+    with pytest.raises(Exception, match="no such pass.*fuse_pointwise"):
+        Builder(registry).build_engine(conv_block(rng), BuilderConfig(disabled_passes={"fuse_everything"}))
+
+
+# --------------------------------------------------------------------------- random DAGs
+
+UNARY = ["Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Erf", "Softsign"]
+BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
+SHAPES = [(2, 3, 4), (3, 4), (4,), (1, 3, 1), (2, 1, 4), ()]
+
+
+@st.composite
+def pointwise_dags(draw):
+    """Random chains and diamonds: each node reads one or two earlier values (inputs of
+    broadcastable shapes, or earlier node outputs)."""
+    inputs = [("x0", (2, 3, 4))] + [(f"x{k}", draw(st.sampled_from(SHAPES))) for k in range(1, draw(st.integers(1, 3)))]
+    values = [name for name, _ in inputs]
+    nodes = []
+    for index in range(draw(st.integers(2, 7))):
+        out = f"v{index}"
+        if draw(st.booleans()):
+            nodes.append(node(draw(st.sampled_from(UNARY)), [draw(st.sampled_from(values))], [out]))
+        else:
+            a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            nodes.append(node(draw(st.sampled_from(BINARY)), [a, b], [out]))
+        values.append(out)
+    produced = [n.output[0] for n in nodes]
+    read = {i for n in nodes for i in n.input}
+    outputs = [v for v in produced if v not in read] or [produced[-1]]
+    if draw(st.booleans()) and produced[0] not in outputs:
+        outputs.append(produced[0])  # an intermediate that is also read: an extra output
+    return model(nodes, inputs, outputs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pointwise_dags())
+def test_random_pointwise_dags_fuse_and_match_onnxruntime(onnx_model):
+    from plugrt.registry import default_registry
+
+    registry = default_registry()
+    engine = Builder(registry).build_engine(onnx_model)
+    feeds = random_feeds(engine.graph, seed=len(onnx_model.graph.node))
+    want = onnxruntime_outputs(onnx_model, feeds)
+    got = engine.create_execution_context().execute(feeds)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # Every producer -> reader edge between two layers of one shape was fused: in a DAG of
+    # pointwise ops no other op can stand between two of them.
+    layers = engine.inspect()["layers"]
+    for producer in layers:
+        for reader in layers:
+            shared = set(producer["outputs"]) & set(reader["inputs"])
+            assert not shared or list(producer["outputs"].values())[0] != list(reader["outputs"].values())[0], \
+                f"{producer['name']} -> {reader['name']} left unfused"
