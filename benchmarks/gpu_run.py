@@ -1,6 +1,8 @@
 """The GPU run: on a machine with an NVIDIA GPU, export ResNet-18 and a BERT-base encoder
-layer, build plugrt engines, check them against onnxruntime, and time plugrt against
-PyTorch eager at batch 1 and 32. Results go to ``--out`` (JSON) and a table is printed last.
+layer, build plugrt engines with and without fusion, check them against onnxruntime, time
+them against PyTorch eager at batch 1 and 32, and measure a fused pointwise chain over
+1 GiB against the device-to-device copy bandwidth. Results go to ``--out`` (JSON) and a
+table is printed last.
 
 Usage: ``python benchmarks/gpu_run.py --out DIR`` (``benchmarks/gpu_run.sh`` also runs the
 test suite on the GPU first).
@@ -34,53 +36,100 @@ def time_cuda(fn, stream_sync, repeats: int = 30, warmup: int = 5) -> float:
     return float(np.median(times))
 
 
-def bench_model(name: str, model, make_input, dynamic_dims: dict, out_dir: str, batches=(1, 32)) -> dict:
+def build(path: str, make_input, batches, fusion: bool):
+    from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile
+
+    config = BuilderConfig(fusion=fusion)
+    low, high = tuple(make_input(1).shape), tuple(make_input(max(batches)).shape)
+    config.add_optimization_profile(OptimizationProfile().set_shape("input", low, high, high))
+    started = time.perf_counter()
+    engine = Builder().build_engine(path, config)
+    seconds = time.perf_counter() - started
+    plan = path.replace(".onnx", f"{'' if fusion else '-unfused'}.plan")
+    engine.save(plan)
+    return Engine.load(plan), seconds
+
+
+def bench_model(name: str, model, make_input, dynamic_dims: dict, out_dir: str, opset: int = 17,
+                batches=(1, 32), variants=(True, False)) -> dict:
     import onnxruntime
     import torch
 
     from models import export
-    from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile
     from plugrt.engine.context import host_seconds_per_launch
 
-    path = export(model, make_input(2), os.path.join(out_dir, f"{name}.onnx"), dynamic_dims)
-    result = {"model": name}
-    config = BuilderConfig()
-    shapes = {b: tuple(make_input(b).shape) for b in (1, 2) + tuple(batches)}
-    low, high = shapes[1], shapes[max(batches)]
-    config.add_optimization_profile(OptimizationProfile().set_shape("input", low, high, high))
-    started = time.perf_counter()
-    engine = Builder().build_engine(path, config)
-    result["build_s"] = time.perf_counter() - started
-    plan = os.path.join(out_dir, f"{name}.plan")
-    engine.save(plan)
-    engine = Engine.load(plan)
-    report = engine.inspect()
-    result["layers"] = len(report["layers"])
-    context = engine.create_execution_context()
-
-    x = make_input(2).numpy()
-    got = context.execute({"input": x})["output"]
+    path = export(model, make_input(2), os.path.join(out_dir, f"{name}.onnx"), dynamic_dims, opset)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = make_input(2).numpy()
     want = session.run(None, {"input": x})[0]
-    result["max_rel_err_vs_onnxruntime"] = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-12))
-
-    model = model.cuda()
-    for batch in batches:
-        xt = make_input(batch).cuda()
-        with torch.no_grad():
-            eager = time_cuda(lambda: model(xt), torch.cuda.synchronize)
-        context.execute_async({"input": xt})  # specialize for this shape, inputs in place
-        context.stream.synchronize()
-        engine_ms = time_cuda(lambda: context.enqueue(), context.stream.synchronize)
-        full_ms = time_cuda(lambda: context.execute_async({"input": xt}), context.stream.synchronize)
-        spec = context.current
-        result[f"batch{batch}"] = {
-            "pytorch_eager_ms": eager, "plugrt_enqueue_ms": engine_ms, "plugrt_execute_ms": full_ms,
-            "launches": len(spec.launches), "raw_launches": sum(1 for l in spec.launches if l.raw),
-            "host_us_per_launch": host_seconds_per_launch(context, repeats=5) * 1e6,
-            "specialize_s": spec.prepare_seconds,
-        }
+    result = {"model": name, "opset": opset}
+    torch_model = model.cuda()
+    for fusion in variants:
+        engine, build_s = build(path, make_input, batches, fusion)
+        report = engine.inspect()
+        with open(os.path.join(out_dir, f"{name}-{'fused' if fusion else 'unfused'}-inspect.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        context = engine.create_execution_context()
+        got = context.execute({"input": x})["output"]
+        entry = {"build_s": build_s, "layers": len(report["layers"]),
+                 "layer_ops": [layer["op"] for layer in report["layers"]],
+                 "max_rel_err_vs_onnxruntime": float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-12))}
+        for batch in batches:
+            xt = make_input(batch).cuda()
+            with torch.no_grad():
+                eager = time_cuda(lambda: torch_model(xt), torch.cuda.synchronize)
+            context.execute_async({"input": xt})  # specialize for this shape, inputs in place
+            context.stream.synchronize()
+            engine_ms = time_cuda(lambda: context.enqueue(), context.stream.synchronize)
+            full_ms = time_cuda(lambda: context.execute_async({"input": xt}), context.stream.synchronize)
+            spec = context.current
+            entry[f"batch{batch}"] = {
+                "pytorch_eager_ms": eager, "plugrt_enqueue_ms": engine_ms, "plugrt_execute_ms": full_ms,
+                "launches": len(spec.launches), "raw_launches": sum(1 for launch in spec.launches if launch.raw),
+                "host_us_per_launch": host_seconds_per_launch(context, repeats=5) * 1e6,
+                "specialize_s": spec.prepare_seconds,
+            }
+        result["fused" if fusion else "unfused"] = entry
     return result
+
+
+def pointwise_chain_bandwidth(out_dir: str, gib: float = 1.0) -> dict:
+    """A 6-op pointwise chain over ``gib`` GiB of float32, fused into one kernel, against a
+    device-to-device copy of the same tensor (both move 2 bytes per byte of input)."""
+    import onnx
+    from numba import cuda
+    from onnx import TensorProto, helper, numpy_helper
+
+    from plugrt.engine import Builder
+
+    n = int(gib * (1 << 30)) // 4
+    consts = {f"c{k}": np.array(v, np.float32) for k, v in enumerate((1.5, -0.25, 0.75, 2.0))}
+    nodes = [helper.make_node("Mul", ["x", "c0"], ["t0"]), helper.make_node("Add", ["t0", "c1"], ["t1"]),
+             helper.make_node("Relu", ["t1"], ["t2"]), helper.make_node("Sub", ["t2", "c2"], ["t3"]),
+             helper.make_node("Tanh", ["t3"], ["t4"]), helper.make_node("Mul", ["t4", "c3"], ["y"])]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    path = os.path.join(out_dir, "chain.onnx")
+    onnx.save(model, path)
+    engine = Builder().build_engine(path)
+    layers = engine.inspect()["layers"]
+    context = engine.create_execution_context()
+    x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    y = context.execute({"x": x})["y"]
+    want = np.tanh(np.maximum(x * 1.5 - 0.25, 0) - 0.75) * 2.0
+    err = float(np.max(np.abs(y - want)))
+    chain_ms = time_cuda(lambda: context.enqueue(), context.stream.synchronize, repeats=20)
+    src = cuda.to_device(x)
+    dst = cuda.device_array_like(src)
+    stream = cuda.stream()
+    copy_ms = time_cuda(lambda: dst.copy_to_device(src, stream=stream), stream.synchronize, repeats=20)
+    moved = 2 * n * 4
+    return {"elements": n, "layers": len(layers), "layer_ops": [layer["op"] for layer in layers],
+            "max_abs_err": err, "chain_ms": chain_ms, "copy_ms": copy_ms,
+            "chain_tb_s": moved / chain_ms / 1e9, "copy_tb_s": moved / copy_ms / 1e9,
+            "fraction_of_copy": copy_ms / chain_ms}
 
 
 def main() -> int:
@@ -95,30 +144,53 @@ def main() -> int:
     torch.manual_seed(0)
     results = []
     runs = [
-        ("resnet18", resnet18(), lambda b: torch.randn(b, 3, 224, 224), {0: "N"}),
-        ("bert_layer", BertLayer().eval(), lambda b: torch.randn(b, 128, 768), {0: "N"}),
+        ("resnet18", resnet18(), lambda b: torch.randn(b, 3, 224, 224), {0: "N"}, 17, (True, False)),
+        ("bert_layer", BertLayer().eval(), lambda b: torch.randn(b, 128, 768), {0: "N"}, 17, (True, False)),
+        ("bert_layer_opset14", BertLayer().eval(), lambda b: torch.randn(b, 128, 768), {0: "N"}, 14, (True,)),
     ]
-    for name, model, make_input, dims in runs:
+    for name, model, make_input, dims, opset, variants in runs:
         try:
-            results.append(bench_model(name, model, make_input, dims, args.out))
+            results.append(bench_model(name, model, make_input, dims, args.out, opset, variants=variants))
         except Exception as exc:  # report and go on to the next model
             import traceback
 
             traceback.print_exc()
             results.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
+    try:
+        chain = pointwise_chain_bandwidth(args.out)
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        chain = {"error": f"{type(exc).__name__}: {exc}"}
     with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"\n{'model':11s} {'batch':>5s} {'eager ms':>9s} {'plugrt ms':>9s} {'exec ms':>8s} "
-          f"{'launches':>8s} {'host us/launch':>14s} {'rel err':>9s} {'build s':>7s}")
+        json.dump({"models": results, "pointwise_chain": chain}, f, indent=2)
+    for r in results:
+        for variant in ("fused", "unfused"):
+            if variant in r:
+                print(f"{r['model']} {variant}: {r[variant]['layers']} layers: {', '.join(r[variant]['layer_ops'])}")
+    print(f"\n{'model':18s} {'variant':8s} {'batch':>5s} {'eager ms':>9s} {'plugrt ms':>9s} {'exec ms':>8s} "
+          f"{'launches':>8s} {'layers':>6s} {'rel err':>9s} {'build s':>7s}")
     for r in results:
         if "error" in r:
-            print(f"{r['model']:11s} ERROR {r['error'][:200]}")
+            print(f"{r['model']:18s} ERROR {r['error'][:200]}")
             continue
-        for batch in (1, 32):
-            b = r[f"batch{batch}"]
-            print(f"{r['model']:11s} {batch:5d} {b['pytorch_eager_ms']:9.3f} {b['plugrt_enqueue_ms']:9.3f} "
-                  f"{b['plugrt_execute_ms']:8.3f} {b['launches']:8d} {b['host_us_per_launch']:14.1f} "
-                  f"{r['max_rel_err_vs_onnxruntime']:9.1e} {r['build_s']:7.1f}")
+        for variant in ("fused", "unfused"):
+            if variant not in r:
+                continue
+            v = r[variant]
+            for batch in (1, 32):
+                b = v[f"batch{batch}"]
+                print(f"{r['model']:18s} {variant:8s} {batch:5d} {b['pytorch_eager_ms']:9.3f} "
+                      f"{b['plugrt_enqueue_ms']:9.3f} {b['plugrt_execute_ms']:8.3f} {b['launches']:8d} "
+                      f"{v['layers']:6d} {v['max_rel_err_vs_onnxruntime']:9.1e} {v['build_s']:7.1f}")
+    if "error" in chain:
+        print(f"pointwise chain ERROR {chain['error'][:200]}")
+    else:
+        print(f"pointwise chain (6 ops, {chain['elements'] * 4 / 2**30:.2f} GiB, {chain['layers']} layer): "
+              f"{chain['chain_ms']:.3f} ms = {chain['chain_tb_s']:.2f} TB/s; D2D copy {chain['copy_ms']:.3f} ms = "
+              f"{chain['copy_tb_s']:.2f} TB/s; {100 * chain['fraction_of_copy']:.1f}% of copy bandwidth; "
+              f"max abs err {chain['max_abs_err']:.1e}")
     return 0
 
 

@@ -41,10 +41,11 @@ def resnet18() -> nn.Module:
     return torchvision.models.resnet18(weights=None).eval()
 
 
-def export(model: nn.Module, example: torch.Tensor, path: str, dynamic_dims: dict) -> str:
-    """Export with the TorchScript exporter at opset 17; ``dynamic_dims`` names input dims."""
+def export(model: nn.Module, example: torch.Tensor, path: str, dynamic_dims: dict, opset: int = 17) -> str:
+    """Export with the TorchScript exporter; ``dynamic_dims`` names input dims. Below opset
+    17 it writes LayerNorm as primitive ops (ReduceMean, Sub, Pow, ...)."""
     with torch.no_grad():
         torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
-                          opset_version=17, dynamic_axes={"input": dynamic_dims, "output": dynamic_dims},
+                          opset_version=opset, dynamic_axes={"input": dynamic_dims, "output": dynamic_dims},
                           dynamo=False)
     return path
