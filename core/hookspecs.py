@@ -29,8 +29,12 @@ def plugrt_ops():
 def plugrt_passes():
     """Return extra graph rewrites this package provides.
 
-    Each item is a :class:`plugrt.plugin.GraphPass`. They run after the core's own
-    passes, in the order ``(priority, plugin name, pass name)``.
+    Each item is a :class:`plugrt.plugin.GraphPass`: a pattern rewrite, typically matching
+    a subgraph of primitive ops and replacing it with the package's fused op
+    (:mod:`plugrt.passes.pattern` helps). They run after the core's cleanup and pattern
+    passes and before epilogue and pointwise fusion, in the order ``(priority, plugin
+    name, pass name)``; a node one pass rewrote is gone for the later ones (the first
+    wins). ``plugrt build --disable-pass PLUGIN:NAME`` skips one.
 
     :returns: a list of graph passes.
     """
