@@ -15,6 +15,7 @@ from plugrt import ShapeError, hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
 from plugrt_builtin_ops import conv_gemm_kernels, conv_kernels
+from plugrt_builtin_ops.elementwise import vector_along
 
 #: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
 GEMM_MIN_CHANNELS = 8
@@ -98,6 +99,21 @@ class _ConvBase(OpPlugin):
             out_channels = self._out_channels(node, w)
             if b.rank != 1 or (isinstance(b.shape[0], int) and isinstance(out_channels, int) and b.shape[0] != out_channels):
                 raise ShapeError(f"{node.describe()}: B must be 1-D of {out_channels} values, got B{dims.format_shape(b.shape)}")
+
+    def fold_scale(self, node, inputs, output, scale, shift):
+        """Fold a per-output-channel ``y * scale + shift`` into W and B (B added when absent).
+
+        Both must be constants; the scale and shift may vary along the channel axis 1 only.
+        """
+        w, b = inputs[1], optional(inputs, 2)
+        if w.value is None or (b is not None and b.value is None):
+            return None
+        s, t = vector_along(scale, output.shape, 1), vector_along(shift, output.shape, 1)
+        if s is None or t is None:
+            return None
+        weights = self._scale_weights(node, _wide(w.value), s)
+        bias = _wide(b.value) if b is not None else np.zeros(len(s))
+        return {1: weights.astype(w.dtype), 2: (bias * s + t).astype(w.dtype if b is None else b.dtype)}
 
     def _params(self, node, rank: int):
         strides = _spatial_ints(node, "strides", node.attrs["strides"], rank, 1)
@@ -218,6 +234,10 @@ class Conv(_ConvBase):
             y = y + _wide(b).reshape(m, *([1] * rank))
         return [y.astype(x.dtype)]
 
+    def _scale_weights(self, node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """W (M, C/group, k...) scaled by ``s`` (M) along its output channels."""
+        return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
+
     def tactics(self, node, inputs, outputs):
         """Implicit GEMM (1-D/2-D, float32/float16) unless the groups leave few output
         channels each, then the direct 2-D kernel; the N-d direct kernel always."""
@@ -336,6 +356,14 @@ class ConvTranspose(_ConvBase):
         if b is not None:
             out += _wide(b).reshape(m, *([1] * rank))
         return [out.astype(x.dtype)]
+
+    def _scale_weights(self, node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """W (C, M/group, k...) scaled by ``s`` (M): output channel g*(M/group)+j is
+        W[g*(C/group):(g+1)*(C/group), j]."""
+        group = node.attrs["group"]
+        c, mg = w.shape[0], w.shape[1]
+        per_channel = s.reshape(group, 1, mg, *([1] * (w.ndim - 2)))
+        return (w.reshape(group, c // group, mg, *w.shape[2:]) * per_channel).reshape(w.shape)
 
     def tactics(self, node, inputs, outputs):
         """The direct 2-D kernel for 1-D/2-D nodes, then the N-d direct kernel."""

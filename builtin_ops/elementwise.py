@@ -14,7 +14,7 @@ from plugrt import hookimpl
 from plugrt.errors import ModelError, ShapeError
 from plugrt.ir.dims import broadcast, format_shape
 from plugrt.plugin import (
-    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin,
+    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin, Scale,
     TensorInfo,
 )
 from plugrt_builtin_ops import elementwise_kernels
@@ -30,6 +30,32 @@ def broadcast_shape(node, inputs) -> tuple:
     except ValueError as exc:
         shapes = ", ".join(format_shape(i.shape) for i in inputs)
         raise ShapeError(f"{node.describe()}: input shapes {shapes} do not broadcast ({exc})") from None
+
+
+def vector_along(values: np.ndarray, shape: tuple, axis: int) -> np.ndarray | None:
+    """``values``, which broadcast against ``shape``, as a float64 vector along ``axis``.
+
+    Returns ``None`` when the values vary along another axis, or would enlarge ``shape``
+    (a longer rank, or a dim that is not 1 and not the output's). Used by anchors folding a
+    per-channel scale into their weights: ``shape[axis]`` must be a concrete int.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    rank, size = len(shape), shape[axis]
+    if array.ndim > rank or not isinstance(size, int):
+        return None
+    array = array.reshape((1,) * (rank - array.ndim) + array.shape)
+    axis %= rank
+    for i, dim in enumerate(array.shape):
+        if dim == 1:
+            continue
+        if dim != shape[i]:
+            return None
+        if i != axis:
+            first = array.take([0], axis=i)
+            if not np.array_equal(array, np.broadcast_to(first, array.shape), equal_nan=True):
+                return None
+            array = first
+    return np.broadcast_to(array.reshape(-1), (size,)).copy()
 
 
 def require_inputs(op: OpPlugin, node, inputs) -> None:
@@ -97,6 +123,25 @@ class ElementwiseOp(OpPlugin):
 # ---------------------------------------------------------------------- arithmetic
 
 
+def constant_operand(node, inputs) -> tuple[int, np.ndarray] | None:
+    """``(k, c)`` when input ``k`` has the output's shape and the other input is the
+    constant ``c`` (float64): the binary float op is then a scale of input ``k``.
+    Input 0 is tried first; ``None`` when neither fits (or the dtype is not a float)."""
+    if len(inputs) != 2 or any(i is None for i in inputs) or inputs[0].dtype not in FLOAT_DTYPES:
+        return None
+    shape = broadcast_shape(node, inputs)
+    for k in (0, 1):
+        x, c = inputs[k], inputs[1 - k]
+        if c.value is not None and tuple(x.shape) == tuple(shape):
+            return k, np.array(c.value, dtype=np.float64)  # a copy: never the initializer itself
+    return None
+
+
+_ZERO, _ONE = np.zeros(()), np.ones(())
+_ZERO.setflags(write=False)  # shared by every Scale returned: never written
+_ONE.setflags(write=False)
+
+
 class Add(ElementwiseOp):
     op_type = "Add"
     since_opset = 7
@@ -104,6 +149,10 @@ class Add(ElementwiseOp):
 
     def compute(self, node, a, b):
         return np.add(a, b)
+
+    def as_scale(self, node, inputs):
+        found = constant_operand(node, inputs)
+        return None if found is None else Scale(found[0], _ONE, found[1])
 
 
 class Sub(ElementwiseOp):
@@ -114,6 +163,14 @@ class Sub(ElementwiseOp):
     def compute(self, node, a, b):
         return np.subtract(a, b)
 
+    def as_scale(self, node, inputs):
+        """x - c is a shift by -c; c - x a scale by -1 and a shift by c."""
+        found = constant_operand(node, inputs)
+        if found is None:
+            return None
+        k, c = found
+        return Scale(0, _ONE, -c) if k == 0 else Scale(1, -_ONE, c)
+
 
 class Mul(ElementwiseOp):
     op_type = "Mul"
@@ -122,6 +179,10 @@ class Mul(ElementwiseOp):
 
     def compute(self, node, a, b):
         return np.multiply(a, b)
+
+    def as_scale(self, node, inputs):
+        found = constant_operand(node, inputs)
+        return None if found is None else Scale(found[0], found[1], _ZERO)
 
 
 def trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -144,6 +205,13 @@ class Div(ElementwiseOp):
         if a.dtype.kind in "iu":
             return trunc_divide(a, b)
         return np.divide(a, b)
+
+    def as_scale(self, node, inputs):
+        """x / c is a scale by 1/c when c is a finite nonzero constant divisor."""
+        found = constant_operand(node, inputs)
+        if found is None or found[0] != 0 or not np.all(np.isfinite(found[1]) & (found[1] != 0)):
+            return None
+        return Scale(0, 1.0 / found[1], _ZERO)
 
 
 def _int_exponent(y: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
 from plugrt.kernels import broadcast_strides
 from plugrt_builtin_ops import matmul_kernels
+from plugrt_builtin_ops.elementwise import vector_along
 
 #: MatMul/Gemm element types (ONNX T, bfloat16 aside).
 _MATMUL_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
@@ -68,6 +69,16 @@ class MatMul(OpPlugin):
     def reference(self, node, inputs):
         a, b = inputs
         return [np.asarray(_product(a, b, a.dtype)).astype(a.dtype, copy=False)]
+
+    def fold_scale(self, node, inputs, output, scale, shift):
+        """Fold a per-column scale into a constant 2-D B; a nonzero shift cannot fold (no bias)."""
+        b = inputs[1]
+        if output.dtype not in FLOAT_DTYPES or b.value is None or b.rank != 2 or np.any(np.asarray(shift) != 0):
+            return None
+        s = vector_along(scale, output.shape, -1)
+        if s is None:
+            return None
+        return {1: (b.value.astype(np.float64) * s).astype(b.dtype)}
 
     def tactics(self, node, inputs, outputs):
         a, b = inputs
@@ -133,6 +144,30 @@ class Gemm(OpPlugin):
         if c is not None and beta != 0.0:
             out = out + (c * beta if beta != 1.0 else c)
         return [np.asarray(out).astype(a.dtype, copy=False)]
+
+    def fold_scale(self, node, inputs, output, scale, shift):
+        """Fold a per-column scale into B and the shift into C, since
+        (alpha A'B' + beta C) * s + t = alpha A'(B's) + beta (C s + t / beta).
+
+        C is added (as t / beta) when absent and the shift is nonzero; with beta = 0 a
+        nonzero shift cannot fold.
+        """
+        b, c = inputs[1], optional(inputs, 2)
+        if output.dtype not in FLOAT_DTYPES or b.value is None or (c is not None and c.value is None):
+            return None
+        s, t = vector_along(scale, output.shape, 1), vector_along(shift, output.shape, 1)
+        if s is None or t is None:
+            return None
+        beta, shifted = node.attrs["beta"], bool(np.any(t != 0))
+        if beta == 0.0 and shifted:
+            return None
+        columns = s[:, None] if node.attrs["transB"] else s  # B' = B.T when transB
+        folded = {1: (b.value.astype(np.float64) * columns).astype(b.dtype)}
+        if c is not None and beta != 0.0:
+            folded[2] = (c.value.astype(np.float64) * s + t / beta).astype(c.dtype)
+        elif c is None and shifted:
+            folded[2] = (t / beta).astype(b.dtype)
+        return folded
 
     def tactics(self, node, inputs, outputs):
         a, b = inputs[0], inputs[1]

@@ -11,7 +11,7 @@ import numpy as np
 
 from plugrt import hookimpl
 from plugrt.kernels import broadcast_strides
-from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, Scale, TensorInfo, optional
 
 from . import normalization_channel_kernels as channel_kernels
 from .normalization_kernels import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
@@ -131,6 +131,23 @@ class BatchNormalization(NormOp):
             y = (x - _channel_param(mean, rank)) * inv_std * _channel_param(scale, rank) + _channel_param(bias, rank)
             running_mean, running_var = mean, var
         return [y.astype(inputs[0].dtype), running_mean.astype(inputs[3].dtype), running_var.astype(inputs[4].dtype)]
+
+    def as_scale(self, node, inputs):
+        """Inference mode with constant parameters: y = x * scale + shift, where
+        scale = gamma / sqrt(var + epsilon) and shift = beta - mean * scale, per channel.
+
+        Running-statistics outputs, if named, equal mean and var; the pass only folds a
+        node whose outputs past Y nothing reads.
+        """
+        if self._training(node):
+            return None
+        params = [optional(inputs, i) for i in range(1, 5)]
+        if any(p is None or p.value is None for p in params):
+            return None
+        rank = inputs[0].rank
+        gamma, beta, mean, var = (_channel_param(_wide(p.value), rank) for p in params)
+        scale = gamma / np.sqrt(var + node.attrs["epsilon"])
+        return Scale(0, scale, beta - mean * scale)
 
 
 class InstanceNormalization(NormOp):
