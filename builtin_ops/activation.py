@@ -309,6 +309,21 @@ class Clip(UnaryOp):
             out = np.minimum(out, np.asarray(high, dtype=x.dtype))
         return [np.asarray(out, dtype=x.dtype)]
 
+    def forwards(self, node, inputs):
+        """Input 0 when neither bound can clip a value of the dtype (absent, or at or past
+        the dtype's extremes)."""
+        dtype = inputs[0].dtype
+        info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+        if node.opset < 11:
+            low, high = node.attrs["min"], node.attrs["max"]
+        else:
+            low, high = (None if i is None else i.value for i in (optional(inputs, 1), optional(inputs, 2)))
+            if (optional(inputs, 1) is not None and low is None) or (optional(inputs, 2) is not None and high is None):
+                return None
+        low_ok = low is None or float(np.asarray(low).reshape(-1)[0]) <= info.min
+        high_ok = high is None or float(np.asarray(high).reshape(-1)[0]) >= info.max
+        return 0 if low_ok and high_ok else None
+
     def pointwise(self, node, inputs):
         dtype = inputs[0].dtype
         if node.opset < 11:

@@ -73,6 +73,9 @@ class Cast(CastBase):
     def reference(self, node, inputs):
         return [cast(inputs[0], ONNX_DTYPES[node.attrs["to"]])]
 
+    def forwards(self, node, inputs):
+        return 0 if ONNX_DTYPES[node.attrs["to"]] == inputs[0].dtype else None
+
     def pointwise(self, node, inputs):
         return elementwise_kernels.cast(inputs[0].dtype, ONNX_DTYPES[node.attrs["to"]])
 
@@ -89,6 +92,9 @@ class CastLike(CastBase):
 
     def reference(self, node, inputs):
         return [cast(inputs[0], inputs[1].dtype)]
+
+    def forwards(self, node, inputs):
+        return 0 if inputs[1].dtype == inputs[0].dtype else None
 
     def tactics(self, node, inputs, outputs):
         # target_type only lends its dtype: the kernel must not read (or broadcast) it.

@@ -100,8 +100,17 @@ class MoveOp(OpPlugin):
     groups = _MOVES
 
 
+def same_shape(op, node, inputs) -> int | None:
+    """``forwards`` of an op that only reshapes: input 0 when the output's inferred shape is
+    the input's (a symbolic dim matches only the same symbol), else ``None``."""
+    return 0 if tuple(op.infer(node, list(inputs))[0].shape) == tuple(inputs[0].shape) else None
+
+
 class CopyOp(MoveOp):
     """An op whose output holds the input's elements in the same order (a new shape)."""
+
+    def forwards(self, node, inputs):
+        return same_shape(self, node, inputs)
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
@@ -224,6 +233,9 @@ class Transpose(MoveOp):
         x = inputs[0]
         return [TensorInfo(x.dtype, tuple(x.shape[p] for p in self._perm(node, x.rank)))]
 
+    def forwards(self, node, inputs):
+        return 0 if self._perm(node, inputs[0].rank) == list(range(inputs[0].rank)) else None
+
     def reference(self, node, inputs):
         x = inputs[0]
         return [np.transpose(x, self._perm(node, x.ndim))]
@@ -280,6 +292,9 @@ class Concat(MoveOp):
     def reference(self, node, inputs):
         return [np.concatenate(inputs, axis=self._axis_of(node, inputs[0].ndim))]
 
+    def forwards(self, node, inputs):
+        return 0 if len(inputs) == 1 else None
+
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         axis = self._axis_of(node, inputs[0].rank)
@@ -324,6 +339,9 @@ class Split(MoveOp):
         if dim % count and (not uneven or chunk * (count - 1) >= dim):
             raise ShapeError(f"{node.describe()}: dim {dim} does not split into {count} outputs")
         return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+
+    def forwards(self, node, inputs):
+        return 0 if len(node.outputs) == 1 else None  # the one part is the whole (sizes are checked)
 
     def infer(self, node, inputs):
         x = inputs[0]
@@ -427,6 +445,17 @@ class Slice(MoveOp):
                 out[a] = _fresh(node, a)
         return [TensorInfo(x.dtype, tuple(out))]
 
+    def forwards(self, node, inputs):
+        """Input 0 when the slice keeps every element: the same shape with positive steps
+        (a positive step can only keep a dim whole by taking all of it, in order)."""
+        values = None if node.opset < 10 else [_value(optional(inputs, i)) for i in range(1, 5)]
+        steps = self._params(node, values)[3]
+        if node.opset >= 10 and optional(inputs, 4) is not None and steps is None:
+            return None
+        if steps is not None and any(step <= 0 for step in steps):
+            return None
+        return same_shape(self, node, inputs)
+
     def reference(self, node, inputs):
         x = inputs[0]
         values = [None if v is None else _ints(v) for v in inputs[1:]]
@@ -482,6 +511,12 @@ class Squeeze(CopyOp):
                 rank = x.rank - _length(self, node, second, "Squeeze axes")
                 return [TensorInfo(x.dtype, tuple(_fresh(node, i) for i in range(rank)))]
         return [TensorInfo(x.dtype, tuple(x.shape[i] for i in self._kept(node, x.shape, axes)))]
+
+    def forwards(self, node, inputs):
+        given = node.attrs["axes"] if node.opset < 13 else optional(inputs, 1)
+        if not given and not inputs[0].is_static:
+            return None  # without axes, a symbolic dim of 1 at run time would be squeezed
+        return same_shape(self, node, inputs)
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -618,6 +653,9 @@ class Expand(MoveOp):
         x, shape = inputs
         return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape)))))]
 
+    def forwards(self, node, inputs):
+        return same_shape(self, node, inputs)
+
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         out_shape = outputs[0].shape
@@ -646,6 +684,10 @@ class Tile(MoveOp):
     def reference(self, node, inputs):
         return [np.tile(inputs[0], _ints(inputs[1]))]
 
+    def forwards(self, node, inputs):
+        reps = _value(inputs[1])
+        return 0 if reps is not None and all(r == 1 for r in reps) else None
+
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [shape_kernels.tile_tactic(inputs[0].shape, outputs[0].shape)]
@@ -660,6 +702,9 @@ class Identity(CopyOp):
 
     def reference(self, node, inputs):
         return [inputs[0].copy()]
+
+    def forwards(self, node, inputs):
+        return 0
 
 
 class Dropout(OpPlugin):
@@ -699,6 +744,20 @@ class Dropout(OpPlugin):
         if self._training(node, None if ratio is None else ratio.value,
                           None if training is None else training.value):
             raise self._refuse(node)
+
+    def forwards(self, node, inputs):
+        """Input 0 when this run drops nothing: inference mode (no training_mode input, or a
+        constant false one) or a constant ratio of 0. The core checks the mask is unused."""
+        ratio, training = optional(inputs, 1), optional(inputs, 2)
+        if node.opset < 12:
+            ratio = training = None  # ignored before opset 12
+        if training is not None and training.value is None:
+            return None
+        if training is not None and ratio is not None and ratio.value is None and bool(np.any(training.value)):
+            return None
+        dropping = self._training(node, None if ratio is None else ratio.value,
+                                  None if training is None else training.value)
+        return None if dropping else 0
 
     def infer(self, node, inputs):
         x = inputs[0]

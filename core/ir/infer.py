@@ -1,7 +1,8 @@
 """Shape and dtype inference over a graph, through each op plugin's ``infer``.
 
 Inference also propagates known values: when every input of a node is a known constant
-and the tensors are small, the node's ``reference`` runs at inference time. This is how
+and the tensors are small, the node's ``reference`` runs at inference time (unless its
+plugin is not ``foldable``, as random ops are). This is how
 shape computations (Shape -> Gather -> Concat -> Reshape) resolve to constants when the
 shapes are static, with no op-specific code in the core.
 """
@@ -86,6 +87,8 @@ def _check_arity(op, node: Node) -> None:
 
 
 def _propagate_values(op, node: Node, inputs: list, outputs: list[TensorInfo]) -> list[TensorInfo]:
+    if not op.foldable:
+        return outputs  # its outputs are no function of its inputs (random ops): never known
     present = [i for i in inputs if i is not None]
     if any(i.value is None for i in present):
         return outputs
