@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from plugrt import ShapeError, hookimpl
 from plugrt.ir import dims
+from plugrt.kernels import no_epilogue
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
 from plugrt_builtin_ops import conv_gemm_kernels, conv_kernels
 from plugrt_builtin_ops.elementwise import vector_along
@@ -238,23 +239,25 @@ class Conv(_ConvBase):
         """W (M, C/group, k...) scaled by ``s`` (M) along its output channels."""
         return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
 
-    def tactics(self, node, inputs, outputs):
+    def tactics(self, node, inputs, outputs, epilogue=None):
         """Implicit GEMM (1-D/2-D, float32/float16) unless the groups leave few output
-        channels each, then the direct 2-D kernel; the N-d direct kernel always."""
+        channels each, then the direct 2-D kernel; the N-d direct kernel always. Each
+        applies ``epilogue`` at its final store."""
         geo = self._kernel_geometry(node, inputs, outputs)
         dtype = inputs[0].dtype
+        epilogue = epilogue or no_epilogue(len(node.inputs))
         found = []
         if geo.rank <= 2:
             fast = []
             if dtype != np.float64:
-                fast.append(conv_gemm_kernels.gemm_tactic(geo, dtype))
-            direct2d = conv_kernels.direct2d_tactic(geo, dtype)
+                fast.append(conv_gemm_kernels.gemm_tactic(geo, dtype, epilogue=epilogue))
+            direct2d = conv_kernels.direct2d_tactic(geo, dtype, epilogue)
             if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
                 fast.append(direct2d)
             else:
                 fast.insert(0, direct2d)
             found += fast
-        found.append(conv_kernels.direct_tactic(geo, dtype))
+        found.append(conv_kernels.direct_tactic(geo, dtype, epilogue))
         return found
 
 
@@ -365,12 +368,14 @@ class ConvTranspose(_ConvBase):
         per_channel = s.reshape(group, 1, mg, *([1] * (w.ndim - 2)))
         return (w.reshape(group, c // group, mg, *w.shape[2:]) * per_channel).reshape(w.shape)
 
-    def tactics(self, node, inputs, outputs):
-        """The direct 2-D kernel for 1-D/2-D nodes, then the N-d direct kernel."""
+    def tactics(self, node, inputs, outputs, epilogue=None):
+        """The direct 2-D kernel for 1-D/2-D nodes, then the N-d direct kernel; both apply
+        ``epilogue`` at their store."""
         geo = self._kernel_geometry(node, inputs, outputs)
         dtype = inputs[0].dtype
-        found = [conv_kernels.direct2d_tactic(geo, dtype)] if geo.rank <= 2 else []
-        return found + [conv_kernels.direct_tactic(geo, dtype)]
+        epilogue = epilogue or no_epilogue(len(node.inputs))
+        found = [conv_kernels.direct2d_tactic(geo, dtype, epilogue)] if geo.rank <= 2 else []
+        return found + [conv_kernels.direct_tactic(geo, dtype, epilogue)]
 
 
 OPS = [Conv, ConvTranspose]

@@ -10,7 +10,9 @@ tile in float32.
 
 Small problems (few output tiles, long K: late ResNet layers at batch 1) split K over
 ``gridDim.z``: each split writes float32 partial sums to the workspace and a second kernel
-adds them up with the bias. A 1-D node runs as 2-D with a unit H axis.
+adds them up with the bias. The epilogue (:class:`plugrt.kernels.Epilogue`) runs at the one
+final store of each element: in the GEMM kernel without a split, in ``split_sum`` with one.
+A 1-D node runs as 2-D with a unit H axis.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, uint64
+from numba import float32, int64, uint64
 
 from plugrt.device import simulated
-from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
+from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, no_epilogue, to_device
 from plugrt.tactic import Launch, Tactic
 
 from plugrt_builtin_ops.conv_kernels import (
@@ -75,8 +77,8 @@ def default_config() -> GemmConfig:
 
 
 @functools.lru_cache(maxsize=None)
-def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
-    """The implicit-GEMM kernel for one tile shape (see the module doc)."""
+def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, epilogue_fn):
+    """The implicit-GEMM kernel for one tile shape and epilogue (see the module doc)."""
     tx_n, ty_n = bn // tn, bm // tm
     nt = tx_n * ty_n
     b_rows = nt // bn          # B-tile rows one pass of the block loads
@@ -91,7 +93,7 @@ def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
     u_tx_n, u_ty_n = np.uint64(tx_n), np.uint64(ty_n)
 
     @jit
-    def conv_gemm(y, x, w, b, partial, ktab, geo):
+    def conv_gemm(y, x, w, b, partial, ktab, geo, operands):
         # Both tiles k-major and flat, so the inner loop's loads are base + constant offsets.
         a_tile = cuda.shared.array(a_size, float32)
         b_tile = cuda.shared.array(b_size, float32)
@@ -183,7 +185,8 @@ def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
                                         value = acc[i, j]
                                         if has_bias != 0:
                                             value += float32(b[channel])
-                                        y[(nj * cout + channel) * ohw + qj] = value
+                                        o = int64((nj * cout + channel) * ohw + qj)
+                                        y[o] = epilogue_fn(value, o, operands)
                                     else:
                                         partial[(z * cout + channel) * npix + pj] = acc[i, j]
 
@@ -191,11 +194,12 @@ def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
 
 
 @functools.lru_cache(maxsize=None)
-def split_sum_kernel():
-    """``y[n, m, q] = sum_z partial[z, m, n * ohw + q] (+ b[m])``: the split-K epilogue."""
+def split_sum_kernel(epilogue_fn):
+    """``y[n, m, q] = epilogue(sum_z partial[z, m, n * ohw + q] (+ b[m]))``: the split-K
+    final reduction, the one place a split node applies its epilogue."""
 
     @jit
-    def split_sum(y, partial, b, has_bias, n_out, cout, ohw, splits):
+    def split_sum(y, partial, b, has_bias, n_out, cout, ohw, splits, operands):
         npix = n_out // cout
         for i in range(cuda.grid(1), n_out, cuda.gridsize(1)):
             q = i % ohw
@@ -208,7 +212,7 @@ def split_sum_kernel():
                 total += partial[(z * cout + m) * npix + p]
             if has_bias != 0:
                 total += float32(b[m])
-            y[i] = total
+            y[i] = epilogue_fn(total, int64(i), operands)
 
     return split_sum
 
@@ -234,12 +238,17 @@ def choose_splits(geo: ConvGeometry, config: GemmConfig) -> int:
     return max(1, min(-(-2 * SMS // tiles), ktiles // MIN_KTILES_PER_SPLIT))
 
 
-def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, splits: int | None = None) -> Tactic:
-    """The implicit-GEMM tactic of a 1-D or 2-D Conv (see the module doc)."""
+def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, splits: int | None = None,
+                epilogue: Epilogue | None = None) -> Tactic:
+    """The implicit-GEMM tactic of a 1-D or 2-D Conv (see the module doc).
+
+    ``epilogue`` defaults to none, for a node with inputs X, W and B.
+    """
     assert not geo.transposed and geo.rank in (1, 2)
     config = config or default_config()
     config.check()
-    kernel = gemm_kernel(config.bm, config.bn, config.bk, config.tm, config.tn)
+    epilogue = epilogue or no_epilogue(3)
+    kernel = gemm_kernel(config.bm, config.bn, config.bk, config.tm, config.tn, epilogue.fn)
     geo2 = geometry_2d(geo)
     ktotal = int(geo2[G2_CG] * geo2[G2_KH] * geo2[G2_KW])
     ktiles = -(-ktotal // config.bk)
@@ -258,7 +267,8 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
     def launches(ins, outs, workspace):
         if geo.out_size == 0:
             return []
-        bias = ins[2] if len(ins) > 2 else None
+        own = ins[:epilogue.first]
+        bias = own[2] if len(own) > 2 else None
         header = np.asarray([geo.group, ktotal, splits, kchunk, int(bias is not None)], np.int64)
         b = bias_or_dummy(bias, dtype)
         if splits > 1:
@@ -266,15 +276,16 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
         else:
             partial = to_device(np.zeros(1, np.float32))
         y = flat(outs[0])
+        operands = epilogue.arguments(ins)
         run = [Launch(kernel, grid, config.threads,
-                      (y, flat(ins[0]), flat(ins[1]), b, partial, to_device(table.reshape(-1)),
-                       to_device(np.concatenate([geo2, header]))))]
+                      (y, flat(own[0]), flat(own[1]), b, partial, to_device(table.reshape(-1)),
+                       to_device(np.concatenate([geo2, header])), operands))]
         if splits > 1:
             n_out = geo.out_size
             blocks, threads = grid_1d(n_out)
-            run.append(Launch(split_sum_kernel(), blocks, threads,
+            run.append(Launch(split_sum_kernel(epilogue.fn), blocks, threads,
                               (y, partial, b, np.int64(bias is not None), np.int64(n_out), np.int64(cout),
-                               np.int64(npix // int(geo2[G2_N])), np.int64(splits))))
+                               np.int64(npix // int(geo2[G2_N])), np.int64(splits), operands)))
         return run
 
     return Tactic("implicit_gemm", launches, {**config.params(), "splits": splits}, workspace_bytes)

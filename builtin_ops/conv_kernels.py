@@ -8,7 +8,8 @@
   small-group convolutions, where an implicit GEMM's channel tile would be mostly empty.
 
 Geometry travels in one small int64 device table per node, so one compiled kernel serves
-every shape and attribute. float16 loads widen to float32 and accumulate in float32;
+every shape and attribute (kernels are compiled per epilogue function, which every tactic
+applies at its store: ``y[i] = fn(value, i, operands)``, see :class:`plugrt.kernels.Epilogue`). float16 loads widen to float32 and accumulate in float32;
 float64 accumulates in float64. The implicit-GEMM tactic lives in
 :mod:`conv_gemm_kernels`.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, float64, int64
 
-from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.kernels import Epilogue, c_strides, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 #: The most spatial dims the ``direct`` kernels take (their per-thread coordinate array).
@@ -86,11 +87,11 @@ def bias_or_dummy(bias, dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def direct_kernel(acc, transposed: bool):
-    """``y[i] = sum over (c, taps) x * w (+ b)`` for one output element per thread."""
+def direct_kernel(acc, transposed: bool, epilogue_fn):
+    """``y[i] = epilogue(sum over (c, taps) x * w (+ b))`` for one output element per thread."""
 
     @jit
-    def conv(y, x, w, b, has_bias, n_out, geo):
+    def conv(y, x, w, b, has_bias, n_out, geo, operands):
         rank = geo[_RANK]
         cin, cout, cg, mg = geo[_C], geo[_M], geo[_CG], geo[_MG]
         in_size = int64(1)
@@ -146,7 +147,7 @@ def direct_kernel(acc, transposed: bool):
                         total += acc(x[x_base + offset]) * acc(w[w_base + t])
             if has_bias != 0:
                 total += acc(b[m])
-            y[i] = total
+            y[i] = epilogue_fn(total, int64(i), operands)
 
     return conv
 
@@ -173,7 +174,7 @@ def geometry_2d(geo: ConvGeometry) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def direct2d_kernel(acc, transposed: bool):
+def direct2d_kernel(acc, transposed: bool, epilogue_fn):
     """1 or 2 spatial dims, one output element per thread, the window by nested loops.
 
     ConvTranspose gathers: output row ``oh`` takes input row ``(oh + ph - kh * dh) / sh``
@@ -181,7 +182,7 @@ def direct2d_kernel(acc, transposed: bool):
     """
 
     @jit
-    def conv2d(y, x, w, b, has_bias, n_out, geo):
+    def conv2d(y, x, w, b, has_bias, n_out, geo, operands):
         cin, height, width = geo[G2_C], geo[G2_H], geo[G2_W]
         cout, cg, mg = geo[G2_M], geo[G2_CG], geo[G2_MG]
         oh_size, ow_size = geo[G2_OH], geo[G2_OW]
@@ -228,7 +229,7 @@ def direct2d_kernel(acc, transposed: bool):
                             total += acc(x[x_row + iw]) * acc(w[w_row + kw])
             if has_bias != 0:
                 total += acc(b[m])
-            y[i] = total
+            y[i] = epilogue_fn(total, int64(i), operands)
 
     return conv2d
 
@@ -236,38 +237,32 @@ def direct2d_kernel(acc, transposed: bool):
 # --------------------------------------------------------------------------- tactics
 
 
-def direct_tactic(geo: ConvGeometry, dtype) -> Tactic:
-    """The generic tactic: any rank, Conv or ConvTranspose."""
-    kernel = direct_kernel(compute_type(dtype), geo.transposed)
-    table = geometry_table(geo)
+def _direct_launches(kernel, geo: ConvGeometry, dtype, table: np.ndarray, epilogue: Epilogue):
+    """The ``launches`` of a one-thread-per-output kernel: X, W, B from the node's own
+    inputs, the epilogue's operands as the last argument."""
     n_out = geo.out_size
 
     def launches(ins, outs, workspace):
         if n_out == 0:
             return []
-        bias = ins[2] if len(ins) > 2 else None
+        own = ins[:epilogue.first]
+        bias = own[2] if len(own) > 2 else None
         blocks, threads = grid_1d(n_out)
-        args = (flat(outs[0]), flat(ins[0]), flat(ins[1]), bias_or_dummy(bias, dtype), np.int64(bias is not None),
-                np.int64(n_out), to_device(table))
+        args = (flat(outs[0]), flat(own[0]), flat(own[1]), bias_or_dummy(bias, dtype), np.int64(bias is not None),
+                np.int64(n_out), to_device(table), epilogue.arguments(ins))
         return [Launch(kernel, blocks, threads, args)]
 
-    return Tactic("direct", launches, {"rank": geo.rank})
+    return launches
 
 
-def direct2d_tactic(geo: ConvGeometry, dtype) -> Tactic:
+def direct_tactic(geo: ConvGeometry, dtype, epilogue: Epilogue) -> Tactic:
+    """The generic tactic: any rank, Conv or ConvTranspose."""
+    kernel = direct_kernel(compute_type(dtype), geo.transposed, epilogue.fn)
+    return Tactic("direct", _direct_launches(kernel, geo, dtype, geometry_table(geo), epilogue), {"rank": geo.rank})
+
+
+def direct2d_tactic(geo: ConvGeometry, dtype, epilogue: Epilogue) -> Tactic:
     """Conv or ConvTranspose with 1 or 2 spatial dims (see :func:`direct2d_kernel`)."""
     assert geo.rank in (1, 2)
-    kernel = direct2d_kernel(compute_type(dtype), geo.transposed)
-    table = geometry_2d(geo)
-    n_out = geo.out_size
-
-    def launches(ins, outs, workspace):
-        if n_out == 0:
-            return []
-        bias = ins[2] if len(ins) > 2 else None
-        blocks, threads = grid_1d(n_out)
-        args = (flat(outs[0]), flat(ins[0]), flat(ins[1]), bias_or_dummy(bias, dtype), np.int64(bias is not None),
-                np.int64(n_out), to_device(table))
-        return [Launch(kernel, blocks, threads, args)]
-
-    return Tactic("direct2d", launches, {})
+    kernel = direct2d_kernel(compute_type(dtype), geo.transposed, epilogue.fn)
+    return Tactic("direct2d", _direct_launches(kernel, geo, dtype, geometry_2d(geo), epilogue), {})

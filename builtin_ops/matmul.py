@@ -11,7 +11,7 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
-from plugrt.kernels import broadcast_strides
+from plugrt.kernels import broadcast_strides, no_epilogue
 from plugrt_builtin_ops import matmul_kernels
 from plugrt_builtin_ops.elementwise import vector_along
 
@@ -80,10 +80,11 @@ class MatMul(OpPlugin):
             return None
         return {1: (b.value.astype(np.float64) * s).astype(b.dtype)}
 
-    def tactics(self, node, inputs, outputs):
+    def tactics(self, node, inputs, outputs, epilogue=None):
         a, b = inputs
         meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
-        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs)
+        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                                              epilogue=epilogue or no_epilogue(len(node.inputs)))
 
 
 class Gemm(OpPlugin):
@@ -169,7 +170,7 @@ class Gemm(OpPlugin):
             folded[2] = (t / beta).astype(b.dtype)
         return folded
 
-    def tactics(self, node, inputs, outputs):
+    def tactics(self, node, inputs, outputs, epilogue=None):
         a, b = inputs[0], inputs[1]
         c = optional(inputs, 2)
         alpha, beta = node.attrs["alpha"], node.attrs["beta"]
@@ -177,6 +178,7 @@ class Gemm(OpPlugin):
                                               bool(node.attrs["transA"]), bool(node.attrs["transB"]),
                                               alpha, beta, integer=a.dtype.kind != "f")
         return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                                              epilogue=epilogue or no_epilogue(len(node.inputs)),
                                               alpha=alpha, beta=beta, c_index=2)
 
 
@@ -209,12 +211,14 @@ class MatMulInteger(OpPlugin):
             b = b - b_zp.astype(np.int64)
         return [np.matmul(a, b).astype(np.int32)]
 
-    def tactics(self, node, inputs, outputs):
+    def tactics(self, node, inputs, outputs, epilogue=None):
+        """The product tactics; the epilogue gets the int32 accumulator as ``value``."""
         a, b = inputs[0], inputs[1]
         za = self._zero_point_strides(node, a, optional(inputs, 2), per_row=True)
         zb = self._zero_point_strides(node, b, optional(inputs, 3), per_row=False)
         meta, offs = matmul_kernels.product_plan(a.shape, b.shape, za, zb)
-        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs, zero_points=True)
+        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                                              epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True)
 
     def _zero_point_strides(self, node, operand, zero_point, per_row: bool):
         """Element strides reading a zero point broadcast over the operand, as the reference does."""

@@ -10,13 +10,16 @@ Two kernel families share that description:
 
 - ``tiled``: a shared-memory tile of ``BM x BN`` outputs per block, each thread a ``TM x TN``
   register tile (strided over the block tile so shared reads and global stores are
-  conflict-free and coalesced), ``BK`` of K per step; edge tiles are guarded. The epilogue
-  applies ``alpha``, reads Gemm's C broadcast through strides and casts to the output.
+  conflict-free and coalesced), ``BK`` of K per step; edge tiles are guarded. The store
+  applies ``alpha``, reads Gemm's C broadcast through strides, then the fused epilogue
+  (:class:`plugrt.kernels.Epilogue`), and casts to the output.
 - ``direct``: one thread per output, a plain K loop; the plainly-correct sibling.
 
 float16 is loaded as float32 and accumulated in float32, float64 in float64, integers in
 their own width (wrapping as the reference's fixed-width matmul does); MatMulInteger
-subtracts zero points at load time and accumulates in int32.
+subtracts zero points at load time and accumulates in int32. The epilogue's ``value`` is
+the float result in the compute type for float outputs and the integer result (after
+Gemm's float scaling is truncated, as the store would) for integer ones.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import functools
 import numpy as np
 
 from plugrt.device import simulated
-from plugrt.kernels import broadcast_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.kernels import Epilogue, broadcast_strides, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 # Slots of the ``meta`` array.
@@ -63,8 +66,8 @@ def _load_type(dtype):
     return dtype.type
 
 
-def _epilogue_type(out_dtype):
-    """Type of alpha/beta and of the epilogue math (float64 for integer outputs)."""
+def _scaling_type(out_dtype):
+    """Type of alpha/beta and of the math that applies them (float64 for integer outputs)."""
     return _load_type(out_dtype) if np.dtype(out_dtype).kind == "f" else np.float64
 
 
@@ -72,17 +75,49 @@ def _epilogue_type(out_dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: int, bk: int, tm: int, tn: int):
-    """The shared-memory tiled kernel for one dtype combination and tile shape.
+def _store_value(out_dtype):
+    """``value(total, c, ci, use_c, float_ep, alpha, beta)``: one output element as the
+    store writes it, before the fused epilogue: ``alpha * total + beta * C`` in the compute
+    type (float outputs); for integers the accumulator, plus C, or the float scaling
+    truncated back to the accumulator's type (``float_ep``), as the reference's cast does."""
+    ACC = _load_type(out_dtype)
+    SCALE = _scaling_type(out_dtype)
 
-    Arguments: ``(out, a, b, c, azp, bzp, meta, offs, alpha, beta)``; ``c`` is read only
-    when ``meta[USE_C]``, ``azp``/``bzp`` only when compiled with ``zero_points``.
+    if np.dtype(out_dtype).kind == "f":
+        @jit(device=True)
+        def value(total, c, ci, use_c, float_ep, alpha, beta):
+            v = total * alpha
+            if use_c:
+                v += beta * SCALE(c[ci])
+            return v
+    else:
+        @jit(device=True)
+        def value(total, c, ci, use_c, float_ep, alpha, beta):
+            if float_ep:
+                scaled = SCALE(total) * alpha
+                if use_c:
+                    scaled += beta * SCALE(c[ci])
+                return ACC(scaled)
+            if use_c:
+                return ACC(total + c[ci])
+            return total
+
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: int, bk: int, tm: int, tn: int,
+                 epilogue_fn):
+    """The shared-memory tiled kernel for one dtype combination, tile shape and epilogue.
+
+    Arguments: ``(out, a, b, c, azp, bzp, meta, offs, alpha, beta, operands)``; ``c`` is
+    read only when ``meta[USE_C]``, ``azp``/``bzp`` only when compiled with ``zero_points``,
+    ``operands`` only by ``epilogue_fn``.
     """
     LA, LB = _load_type(a_dtype), _load_type(b_dtype)
     ACC = _load_type(out_dtype)
-    EP = _epilogue_type(out_dtype)
-    F64 = np.float64
-    IS_FLOAT = np.dtype(out_dtype).kind == "f"
+    I64 = np.int64
+    store_value = _store_value(out_dtype)
     HAS_ZP = bool(zero_points)
     ZA, ZB, ZACC = LA(0), LB(0), ACC(0)
     BM, BN, BK, TM, TN = bm, bn, bk, tm, tn
@@ -95,7 +130,7 @@ def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: in
     U64 = np.uint64
     UBK, UTM, UTN, UTX, UTY = U64(BK), U64(TM), U64(TN), U64(TX), U64(TY)
 
-    def kernel(out, a, b, c, azp, bzp, meta, offs, alpha, beta):
+    def kernel(out, a, b, c, azp, bzp, meta, offs, alpha, beta, operands):
         sa = cuda.shared.array((BK, PA), LA)
         sb = cuda.shared.array((BK, PB), LB)
         acc = cuda.local.array((TM, TN), ACC)
@@ -176,39 +211,25 @@ def tiled_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, bm: int, bn: in
                     for j in range(TN):
                         gn = n0 + tx + j * TX
                         if gn < n:
-                            o = ob + gm * n + gn
-                            ci = gm * scm + gn * scn
-                            if IS_FLOAT:
-                                v = acc[i, j] * alpha
-                                if use_c:
-                                    v += beta * EP(c[ci])
-                                out[o] = v
-                            elif float_ep:
-                                fv = F64(acc[i, j]) * alpha
-                                if use_c:
-                                    fv += beta * F64(c[ci])
-                                out[o] = fv
-                            elif use_c:
-                                out[o] = acc[i, j] + c[ci]
-                            else:
-                                out[o] = acc[i, j]
+                            o = I64(ob + gm * n + gn)
+                            out[o] = epilogue_fn(store_value(acc[i, j], c, gm * scm + gn * scn, use_c, float_ep,
+                                                             alpha, beta), o, operands)
 
     kernel.__name__ = f"matmul_tiled_{BM}x{BN}x{BK}_{TM}x{TN}"
     return jit(kernel)
 
 
 @functools.lru_cache(maxsize=None)
-def direct_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool):
+def direct_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool, epilogue_fn):
     """One thread per output element; same arguments as :func:`tiled_kernel`."""
     LA, LB = _load_type(a_dtype), _load_type(b_dtype)
     ACC = _load_type(out_dtype)
-    EP = _epilogue_type(out_dtype)
-    F64 = np.float64
-    IS_FLOAT = np.dtype(out_dtype).kind == "f"
+    I64 = np.int64
+    store_value = _store_value(out_dtype)
     HAS_ZP = bool(zero_points)
     ZACC = ACC(0)
 
-    def kernel(out, a, b, c, azp, bzp, meta, offs, alpha, beta):
+    def kernel(out, a, b, c, azp, bzp, meta, offs, alpha, beta, operands):
         nb, m, n, k = meta[NB], meta[M_], meta[N_], meta[K_]
         sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
         scm, scn, use_c, float_ep = meta[SCM], meta[SCN], meta[USE_C], meta[FLOAT_EP]
@@ -231,21 +252,8 @@ def direct_kernel(a_dtype, b_dtype, out_dtype, zero_points: bool):
                     va = LA(va - LA(azp[za + kk * szak]))
                     vb = LB(vb - LB(bzp[zb + kk * szbk]))
                 total = ACC(total + ACC(va) * ACC(vb))
-            ci = gm * scm + gn * scn
-            if IS_FLOAT:
-                v = total * alpha
-                if use_c:
-                    v += beta * EP(c[ci])
-                out[o] = v
-            elif float_ep:
-                fv = F64(total) * alpha
-                if use_c:
-                    fv += beta * F64(c[ci])
-                out[o] = fv
-            elif use_c:
-                out[o] = total + c[ci]
-            else:
-                out[o] = total
+            out[o] = epilogue_fn(store_value(total, c, gm * scm + gn * scn, use_c, float_ep, alpha, beta),
+                                 I64(o), operands)
 
     kernel.__name__ = "matmul_direct"
     return jit(kernel)
@@ -337,26 +345,31 @@ def _present(ins, index):
     return ins[index] if index < len(ins) else None
 
 
-def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, alpha: float = 1.0,
-                    beta: float = 0.0, c_index: int | None = None, zero_points: bool = False) -> list[Tactic]:
-    """The tiled tactics and the direct one for a planned product, best first.
+def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                    alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None,
+                    zero_points: bool = False) -> list[Tactic]:
+    """The tiled tactics and the direct one for a planned product, best first, each
+    applying ``epilogue`` at its store.
 
     ``c_index``: the input holding Gemm's C (read when ``meta[USE_C]``). With
     ``zero_points`` inputs 2 and 3 are A's and B's zero points (omitted ones read as 0).
+    The node's own inputs are ``ins[:epilogue.first]``; the epilogue's tensors follow.
     """
     key = (np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype), bool(zero_points))
     nb, m, n = int(meta[NB]), int(meta[M_]), int(meta[N_])
     total = nb * m * n
-    ep = _epilogue_type(out_dtype)
+    ep = _scaling_type(out_dtype)
 
     def arguments(ins, outs):
-        out, a, b = flat(outs[0]), flat(ins[0]), flat(ins[1])
-        c = flat(ins[c_index]) if meta[USE_C] else out
+        own = ins[:epilogue.first]
+        out, a, b = flat(outs[0]), flat(own[0]), flat(own[1])
+        c = flat(own[c_index]) if meta[USE_C] else out
         azp, bzp = a, b
         if zero_points:
-            given = [_present(ins, 2), _present(ins, 3)]
+            given = [_present(own, 2), _present(own, 3)]
             azp, bzp = (flat(z) if z is not None else to_device(np.zeros(1, dt)) for z, dt in zip(given, key[:2]))
-        return (out, a, b, c, azp, bzp, to_device(meta), to_device(offs), ep(alpha), ep(beta))
+        return (out, a, b, c, azp, bzp, to_device(meta), to_device(offs), ep(alpha), ep(beta),
+                epilogue.arguments(ins))
 
     def make(name, params, kernel, geometry):
         def launches(ins, outs, workspace):
@@ -372,11 +385,11 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         fills = blocks >= FILL_BLOCKS
         grid = max(1, min(blocks, SIM_BLOCKS if simulated() else MAX_TILE_BLOCKS))
         block = (bm // tm) * (bn // tn)
-        kernel = tiled_kernel(*key, bm, bn, bk, tm, tn)
+        kernel = tiled_kernel(*key, bm, bn, bk, tm, tn, epilogue.fn)
         params = {"bm": bm, "bn": bn, "bk": bk, "tm": tm, "tn": tn}
         tactic = make(f"tiled{bm}x{bn}x{bk}_{tm}x{tn}", params, kernel, lambda g=grid, t=block: (g, t))
         ranked.append(((not fills, -bm * bn if fills else -blocks), tactic))
     tactics = [t for _, t in sorted(ranked, key=lambda pair: pair[0])]
-    direct = make("direct", {}, direct_kernel(*key), lambda: grid_1d(total))
+    direct = make("direct", {}, direct_kernel(*key, epilogue.fn), lambda: grid_1d(total))
     tactics.insert(0 if (m == 1 or n == 1) else len(tactics), direct)
     return tactics
