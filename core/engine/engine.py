@@ -20,7 +20,7 @@ from plugrt.engine.graph_io import graph_from_json, graph_to_json
 from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_plan
 from plugrt.engine.profile import OptimizationProfile
 from plugrt.errors import PlanError
-from plugrt.fusion.op import is_fused
+from plugrt.fusion.op import body_nodes, is_fused
 from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
 from plugrt.ir.infer import infer_graph
@@ -165,6 +165,9 @@ class Engine:
                 "precision": str(self.graph.info(outs[0]).dtype) if outs else "",
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
             })
+            if is_fused(node):
+                layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),
+                                        "distribution": entry.get("distribution")} for entry in node.attrs["body"]]
         device_nodes = {layer.node_index for layer in self.layers}
         host = [self.graph.nodes[i].name for i in range(len(self.graph.nodes)) if i not in device_nodes]
         return {
@@ -187,24 +190,32 @@ class Engine:
 
 
 def _check_plugins(graph, layers: list[LayerRecord], registry, label: str) -> None:
-    """Every layer's plugin must be installed at the version the plan was built with."""
+    """Every plugin a layer needs (each part of a fused layer too) must be installed at the
+    version the plan was built with."""
     problems = []
     for layer in layers:
         if not 0 <= layer.node_index < len(graph.nodes):
             raise PlanError(f"plan {label}: layer refers to node {layer.node_index}, which does not exist; rebuild it")
         node = graph.nodes[layer.node_index]
-        dist = layer.distribution or "(no distribution)"
-        wanted = f"{dist}=={layer.distribution_version}" if layer.distribution_version else dist
-        op = registry.find_op(node.domain, node.op_type, node.opset)
-        if op is None:
-            problems.append(f"{node.describe()} needs plugin {layer.plugin!r} from distribution {dist} "
-                            f"version {layer.distribution_version}, which is not installed: pip install {wanted}")
-            continue
-        owner = registry.owner(op)
-        if owner.distribution != layer.distribution or owner.version != layer.distribution_version \
-                or op.version != layer.op_version:
-            problems.append(f"{node.describe()} was built with {dist} {layer.distribution_version} (op version "
-                            f"{layer.op_version}), but {owner.distribution or '(no distribution)'} {owner.version} "
-                            f"(op version {op.version}) is installed: pip install {wanted}, or rebuild the plan")
+        needs = [(node, layer.plugin, layer.distribution, layer.distribution_version, layer.op_version)]
+        if is_fused(node):
+            needs += [(part, entry.get("plugin"), entry.get("distribution"), entry.get("version"),
+                       entry.get("op_version")) for part, entry in zip(body_nodes(node), node.attrs["body"])]
+        problems += [p for need in needs if (p := _plugin_problem(registry, *need))]
     if problems:
         raise PlanError(f"plan {label} cannot be loaded:\n  " + "\n  ".join(problems))
+
+
+def _plugin_problem(registry, node, plugin, distribution, version, op_version) -> str | None:
+    dist = distribution or "(no distribution)"
+    wanted = f"{dist}=={version}" if version else dist
+    op = registry.find_op(node.domain, node.op_type, node.opset)
+    if op is None:
+        return (f"{node.describe()} needs plugin {plugin!r} from distribution {dist} version {version}, which is "
+                f"not installed: pip install {wanted}")
+    owner = registry.owner(op)
+    if owner.distribution != distribution or owner.version != version or op.version != op_version:
+        return (f"{node.describe()} was built with {dist} {version} (op version {op_version}), but "
+                f"{owner.distribution or '(no distribution)'} {owner.version} (op version {op.version}) is "
+                f"installed: pip install {wanted}, or rebuild the plan")
+    return None

@@ -31,7 +31,8 @@ FUSED_OP = "Fused"
 
 
 def body_entry(node: Node, registry) -> dict:
-    """One inner node as JSON-safe data, with the plugin that provides it (checked at load)."""
+    """One inner node as JSON-safe data, with the plugin that provides it (a plan's load
+    checks it is installed at that version)."""
     op = registry.op(node)
     owner = registry.owner(op)
     return {"name": node.name, "op_type": node.op_type, "domain": node.domain, "opset": node.opset,
@@ -74,23 +75,6 @@ class FusedOp(OpPlugin):
 
     def __init__(self, registry):
         self.registry = registry
-
-    def check(self, node, inputs):
-        for entry in node.attrs["body"]:
-            op = self.registry.find_op(entry["domain"], entry["op_type"], entry["opset"])
-            wanted = entry.get("distribution") or "the plugin"
-            if entry.get("version"):
-                wanted += f"=={entry['version']}"
-            if op is None:
-                raise UnsupportedError(f"{node.describe()}: its part {entry['name']!r} ({entry['op_type']}) needs "
-                                       f"plugin {entry.get('plugin')!r}, which is not installed: pip install {wanted}")
-            owner = self.registry.owner(op)
-            if (owner.distribution, owner.version, op.version) != (entry.get("distribution"), entry.get("version"),
-                                                                   entry.get("op_version")):
-                raise UnsupportedError(f"{node.describe()}: its part {entry['name']!r} was fused with "
-                                       f"{entry.get('distribution')} {entry.get('version')}, but "
-                                       f"{owner.distribution} {owner.version} is installed: pip install {wanted}, "
-                                       "or rebuild the plan")
 
     def infer(self, node, inputs):
         env = self._run(node, inputs, _infer)
