@@ -183,3 +183,32 @@ def test_random_pointwise_dags_fuse_and_match_onnxruntime(onnx_model):
             shared = set(producer["outputs"]) & set(reader["inputs"])
             assert not shared or list(producer["outputs"].values())[0] != list(reader["outputs"].values())[0], \
                 f"{producer['name']} -> {reader['name']} left unfused"
+
+
+def test_epilogue_fuses_across_a_reshape_computed_from_a_dynamic_shape(rng, registry):
+    """As exported models reshape: the target shape comes from Shape(x) at run time, so the
+    MatMul's output dims are fresh symbols that symbolic inference cannot match with the
+    residual's N; the profile's min/opt/max shapes prove them equal."""
+    from plugrt.engine import OptimizationProfile
+
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"], axis=0),
+             node("Unsqueeze", ["n", "axes"], ["n1"]), node("Concat", ["n1", "flat"], ["target"], axis=0),
+             node("Reshape", ["x", "target"], ["x2"]), node("MatMul", ["x2", "w"], ["m"]),
+             node("Add", ["m", "r"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3]),
+                     helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in
+                     (("zero", np.array(0, np.int64)), ("axes", i64(0)), ("flat", i64(6)),
+                      ("w", rng.standard_normal((6, 5)).astype(np.float32)))])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    config = BuilderConfig()
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 2, 3), (2, 2, 3), (4, 2, 3))
+                                    .set_shape("r", (1, 5), (2, 5), (4, 5)))
+    engine = Builder(registry).build_engine(onnx_model, config)
+    assert [layer["op"] for layer in engine.inspect()["layers"]] == ["Reshape", "MatMul+Add"]
+    feeds = {"x": rng.standard_normal((3, 2, 3)).astype(np.float32), "r": rng.standard_normal((3, 5)).astype(np.float32)}
+    got = engine.create_execution_context().execute(feeds)["y"]
+    np.testing.assert_allclose(got, onnxruntime_outputs(onnx_model, feeds)["y"], rtol=1e-5, atol=1e-6)

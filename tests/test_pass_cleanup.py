@@ -83,6 +83,25 @@ def test_fold_constants_constant_nodes_and_chains(rng):
     assert _ops(after) == ["Mul"]
 
 
+def test_fold_constants_keeps_scalar_constants_scalar(rng):
+    """As the TorchScript exporter writes x.view(N, heads, -1): scalar Constant indices into a
+    dynamic shape, Unsqueeze, Concat. A folded 0-d constant must stay 0-d."""
+    nodes = [_node("Constant", [], ["i0"], value=numpy_helper.from_array(np.array(0, np.int64))),
+             _node("Constant", [], ["axes"], value=numpy_helper.from_array(_i64(0))),
+             _node("Shape", ["x"], ["s"]), _node("Gather", ["s", "i0"], ["n"], axis=0),
+             _node("Unsqueeze", ["n", "axes"], ["n1"]), _node("Concat", ["n1", "tail"], ["shape"], axis=0),
+             _node("Reshape", ["x", "shape"], ["y"])]
+    model = _model(nodes, {"x": ["N", 4, 3]}, consts={"tail": _i64(2, 6)})
+    graph = import_model(model)
+    before = len(graph.nodes)
+    fold_constants.run(graph, Registry.load())
+    assert graph.values["i0"].const.shape == () and len(graph.nodes) == before - 2
+    from plugrt.engine.specialize import concretize
+
+    concrete = concretize(graph, {"x": (5, 4, 3)}, Registry.load())
+    assert concrete.info("y").shape == (5, 2, 6)
+
+
 def test_fold_constants_keeps_a_constant_of_shape_beyond_the_limit():
     big = fold_constants.FOLDING_LIMIT * 2
     fill = numpy_helper.from_array(np.array([1.0], np.float32), "fill")

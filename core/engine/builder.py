@@ -48,11 +48,12 @@ class Builder:
 
         config = config or BuilderConfig()
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
+        profile = resolve_profile(graph, config)
+        values = profile.shape_values
+        graph.sample_inputs = [({n: s[i] for n, s in profile.shapes.items()}, values) for i in range(3)]
         imported = len(graph.nodes)
         passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
-        profile = resolve_profile(graph, config)
-        values = profile.shape_values
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
         layers = self._choose_tactics(max_graph, opt_graph)

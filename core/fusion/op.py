@@ -101,8 +101,10 @@ class FusedOp(OpPlugin):
             program = self._program(body[1:], node.inputs[count:], inputs[count:], infos, anchor.outputs[0],
                                     node.outputs)
             out = infos[anchor.outputs[0]]
+            _same_shapes(node, [out] + list(outputs))
             fused = codegen.epilogue(program, out.shape, count, label(node))
             return list(first.tactics(anchor, list(inputs[:count]), [out], epilogue=fused))
+        _same_shapes(node, outputs)
         program = self._program(body, node.inputs, inputs, infos, None, node.outputs)
         return [codegen.chain_tactic(program, outputs, "fused_pointwise")]
 
@@ -131,6 +133,15 @@ class FusedOp(OpPlugin):
             step_index[inner.outputs[0]] = len(program_steps)
             program_steps.append(Step(fn, tuple(args)))
         return Program(tuple(leaf_infos), tuple(program_steps), tuple(step_index[name] for name in results))
+
+
+def _same_shapes(node, infos) -> None:
+    """A fused kernel writes one index space: the fusion pass proved the shapes equal at the
+    profile's shapes; refuse (rather than compute wrongly) a shape where they differ."""
+    shapes = {tuple(int(d) for d in info.shape) for info in infos}
+    if len(shapes) > 1:
+        raise UnsupportedError(f"{node.describe()}: the fused values have different shapes "
+                               f"{sorted(shapes)} at these input shapes; rebuild with --no-fusion")
 
 
 def _infer(op, inner, args):

@@ -66,6 +66,10 @@ class Graph:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.opsets: dict[str, int] = dict(opsets or {"": 17})
+        #: Input shapes (and shape-tensor values) the graph will run at, e.g. an optimization
+        #: profile's min/opt/max: ``[(shapes, values), ...]``. Passes use them for shape facts
+        #: symbolic inference cannot prove (two dims computed along different paths).
+        self.sample_inputs: list[tuple[dict, dict]] = []
 
     # ------------------------------------------------------------------ building
 
@@ -139,6 +143,7 @@ class Graph:
         other.values = {k: dataclasses.replace(v) for k, v in self.values.items()}
         other.inputs = list(self.inputs)
         other.outputs = list(self.outputs)
+        other.sample_inputs = list(self.sample_inputs)
         return other
 
     def summary(self) -> str:

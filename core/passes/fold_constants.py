@@ -40,7 +40,7 @@ def run(graph: Graph, registry) -> int:
         for name, array in zip(node.outputs, arrays):
             if name:
                 del graph.values[name]
-                graph.add_const(name, np.ascontiguousarray(array))
+                graph.add_const(name, np.asarray(array, order="C"))  # ascontiguousarray makes 0-d 1-d
         folded += 1
     if folded:
         graph.nodes = kept

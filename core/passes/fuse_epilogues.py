@@ -10,16 +10,17 @@ chain's other operands; the anchor plugin's tactics run it with the composed epi
 from __future__ import annotations
 
 from plugrt.fusion.op import fused_node, is_anchor, is_fusible_pointwise
-from plugrt.passes.rewrite import finish, remove_nodes, replace_node
+from plugrt.passes.rewrite import finish, remove_nodes, replace_node, shape_facts
 
 
 def run(graph, registry) -> int:
     fused = 0
     readers = graph.consumers()
+    shape_of = shape_facts(graph, registry)
     for anchor in list(graph.nodes):
         if not is_anchor(registry, anchor):
             continue
-        chain = _chain(graph, registry, anchor, readers)
+        chain = _chain(graph, registry, anchor, readers, shape_of)
         if not chain:
             continue
         values = {anchor.outputs[0]} | {node.outputs[0] for node in chain}
@@ -38,16 +39,16 @@ def run(graph, registry) -> int:
     return fused
 
 
-def _chain(graph, registry, anchor, readers) -> list:
+def _chain(graph, registry, anchor, readers, shape_of) -> list:
     """The longest run of single-reader pointwise nodes after ``anchor`` it can absorb."""
-    info = graph.info(anchor.outputs[0])
+    info, shape = graph.info(anchor.outputs[0]), shape_of(anchor.outputs[0])
     chain, current = [], anchor.outputs[0]
     while current not in graph.outputs:
         after = list({id(n): n for n in readers.get(current, [])}.values())
         if len(after) != 1 or not is_fusible_pointwise(graph, registry, after[0]):
             break
-        out = graph.info(after[0].outputs[0])
-        if out.shape != info.shape or out.dtype != info.dtype:
+        out = after[0].outputs[0]
+        if shape_of(out) != shape or graph.info(out).dtype != info.dtype:
             break
         chain.append(after[0])
         current = after[0].outputs[0]

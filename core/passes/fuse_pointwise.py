@@ -12,7 +12,7 @@ Inputs may broadcast (NumPy rules); constants are read as scalars where they are
 from __future__ import annotations
 
 from plugrt.fusion.op import fused_node, is_fusible_pointwise
-from plugrt.passes.rewrite import finish, remove_nodes, replace_node
+from plugrt.passes.rewrite import finish, remove_nodes, replace_node, shape_facts
 
 
 def run(graph, registry) -> int:
@@ -42,17 +42,18 @@ def _groups(graph, registry) -> list[list]:
     """Convex groups of fusible pointwise nodes of equal output shape, in graph order."""
     producers = graph.producers()
     position = _position(graph)
+    shape_of = shape_facts(graph, registry)
     group_of: dict[int, int] = {}
     groups: dict[int, list] = {}
     for node in graph.nodes:
         if not is_fusible_pointwise(graph, registry, node):
             continue
-        shape = graph.info(node.outputs[0]).shape
+        shape = shape_of(node.outputs[0])
         candidates = []
         for name in node.inputs:
             producer = producers.get(name)
             gid = group_of.get(id(producer)) if producer is not None else None
-            if gid is not None and gid not in candidates and graph.info(groups[gid][0].outputs[0]).shape == shape:
+            if gid is not None and gid not in candidates and shape_of(groups[gid][0].outputs[0]) == shape:
                 candidates.append(gid)
         chosen = _merge_choice(graph, producers, groups, candidates, node)
         members = [m for gid in chosen for m in groups.pop(gid)] + [node]

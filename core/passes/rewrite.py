@@ -126,3 +126,20 @@ def make_node(graph: Graph, registry, op_type: str, inputs: Iterable[str], outpu
     full.update(attrs or {})
     return Node(name or fresh_name(graph, op_type.lower()), op_type, domain, tuple(inputs), tuple(outputs), full,
                 opset, origin)
+
+
+def shape_facts(graph: Graph, registry):
+    """A function ``name -> key`` such that two values of equal keys have equal shapes.
+
+    The key is the inferred (maybe symbolic) shape, or, when the graph has
+    ``sample_inputs``, the concrete shapes at every sample: dims that symbolic inference
+    cannot prove equal (a Reshape whose target is computed from another tensor's shape)
+    compare by value there. A kernel relying on such a fact re-checks it at its concrete
+    shapes.
+    """
+    from plugrt.engine.specialize import concretize
+
+    samples = [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
+    if not samples:
+        return lambda name: tuple(graph.info(name).shape)
+    return lambda name: tuple(tuple(sample.info(name).shape) for sample in samples)
