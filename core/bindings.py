@@ -1,4 +1,4 @@
-"""Checking the tensors a caller binds to a graph's or engine's inputs."""
+"""Checking the tensors a caller binds to a graph's or engine's inputs, and making random ones."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ def check_inputs(expected: Mapping[str, TensorInfo], feeds: Mapping[str, object]
                     f"input binding {name!r}: dim {axis} ({dim!r}) is {size} but another input binds {dim!r} to {symbols[dim]}"
                 )
     return symbols
+
+
+def random_input(rng: np.random.Generator, dtype, shape) -> np.ndarray:
+    """A fresh random array for an input binding: normal floats, booleans, integers 1..4
+    (never zero, so divisions and indices stay valid)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(1, 5, shape).astype(dtype)

@@ -169,6 +169,7 @@ def cmd_build(args) -> int:
 def cmd_run(args) -> int:
     import numpy as np
 
+    from plugrt.bindings import random_input
     from plugrt.device import announce_once
     from plugrt.engine import Engine
 
@@ -184,12 +185,8 @@ def cmd_run(args) -> int:
             shape = engine.profile.shapes[name][1]
             if name in engine.profile.shape_values:
                 feeds[name] = np.asarray(engine.profile.shape_values[name], info.dtype).reshape(shape)
-            elif info.dtype.kind == "f":
-                feeds[name] = rng.standard_normal(shape).astype(info.dtype)
-            elif info.dtype.kind == "b":
-                feeds[name] = rng.random(shape) < 0.5
             else:
-                feeds[name] = rng.integers(0, 4, shape).astype(info.dtype)
+                feeds[name] = random_input(rng, info.dtype, shape)
     outputs = engine.create_execution_context().execute(feeds)
     for name, value in outputs.items():
         print(f"{name}: {value.dtype}{list(value.shape)}")

@@ -125,18 +125,11 @@ def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapp
 def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Fresh random inputs for every graph input (static shapes): normal floats, small
     integers, random booleans."""
+    from plugrt.bindings import random_input
+
     rng = np.random.default_rng(seed)
-    feeds = {}
-    for name in graph.inputs:
-        info = graph.info(name)
-        shape = tuple(int(d) for d in info.shape)
-        if info.dtype.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(info.dtype)
-        elif info.dtype.kind == "b":
-            feeds[name] = rng.random(shape) < 0.5
-        else:
-            feeds[name] = rng.integers(1, 5, shape).astype(info.dtype)
-    return feeds
+    return {name: random_input(rng, graph.info(name).dtype, tuple(int(d) for d in graph.info(name).shape))
+            for name in graph.inputs}
 
 
 def check_pass(model, run, *, registry=None, feeds: Mapping[str, np.ndarray] | None = None, rtol: float = 1e-5,
