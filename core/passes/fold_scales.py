@@ -33,7 +33,7 @@ def _fold_one(graph: Graph, registry) -> bool:
     """Fold the first scale node that can be folded; ``False`` when none can."""
     producers, consumers = graph.producers(), graph.consumers()
     for node in graph.nodes:
-        if _extra_outputs_used(graph, node, consumers):
+        if rewrite.extra_outputs_used(graph, node, consumers):
             continue
         scale = registry.op(node).as_scale(node, [graph.info(n) for n in node.inputs])
         if scale is None or scale.input >= len(node.inputs):
@@ -44,18 +44,13 @@ def _fold_one(graph: Graph, registry) -> bool:
             continue
         if any(reader is not node for reader in consumers.get(source, ())):
             continue
-        if _extra_outputs_used(graph, anchor, consumers):
+        if rewrite.extra_outputs_used(graph, anchor, consumers):
             continue
         folded = registry.op(anchor).fold_scale(anchor, [graph.info(n) for n in anchor.inputs], graph.info(source),
                                                  scale.scale, scale.shift)
         if folded is not None and _apply(graph, registry, node, anchor, folded):
             return True
     return False
-
-
-def _extra_outputs_used(graph: Graph, node: Node, consumers: dict) -> bool:
-    """Whether any output of ``node`` past output 0 is read or is a graph output."""
-    return any(name and (name in consumers or name in graph.outputs) for name in node.outputs[1:])
 
 
 def _apply(graph: Graph, registry, node: Node, anchor: Node, folded: dict) -> bool:

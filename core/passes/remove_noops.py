@@ -13,7 +13,7 @@ import numpy as np
 
 from plugrt.errors import PluginError
 from plugrt.ir.graph import Graph, Node
-from plugrt.passes.rewrite import finish, remove_nodes, replace_value
+from plugrt.passes.rewrite import extra_outputs_used, finish, remove_nodes, replace_value
 
 
 def run(graph: Graph, registry) -> int:
@@ -23,7 +23,7 @@ def run(graph: Graph, registry) -> int:
     for index in range(len(graph.nodes)):
         node = graph.nodes[index]
         source = _forwarded_input(graph, registry, node)
-        if source is None or not node.outputs[0] or _extra_outputs_used(graph, node):
+        if source is None or not node.outputs[0] or extra_outputs_used(graph, node):
             continue
         if replace_value(graph, node.outputs[0], node.inputs[source]):
             removed.append(index)
@@ -48,13 +48,3 @@ def _forwarded_input(graph: Graph, registry, node: Node) -> int | None:
         raise PluginError(f"{node.describe()}: forwards() of plugin {type(op).__name__} says output 0 is input "
                           f"{source}, but their dtypes differ ({out.dtype} and {inputs[source].dtype})")
     return int(source)
-
-
-def _extra_outputs_used(graph: Graph, node: Node) -> bool:
-    """Whether any output but the first is read or is a graph output."""
-    extra = {name for name in node.outputs[1:] if name}
-    if not extra:
-        return False
-    if extra & set(graph.outputs):
-        return True
-    return any(name in extra for other in graph.nodes for name in other.inputs)

@@ -108,10 +108,10 @@ def finish(graph: Graph, registry) -> None:
     validate_graph(graph, registry)
 
 
-def unused_values(graph: Graph) -> set[str]:
-    """Node outputs nothing reads and that are not graph outputs."""
-    used = {name for node in graph.nodes for name in node.inputs if name} | set(graph.outputs)
-    return {name for node in graph.nodes for name in node.outputs if name and name not in used}
+def extra_outputs_used(graph: Graph, node: Node, readers: dict | None = None) -> bool:
+    """Whether any output of ``node`` past output 0 is read or is a graph output."""
+    readers = graph.consumers() if readers is None else readers
+    return any(name and (name in readers or name in graph.outputs) for name in node.outputs[1:])
 
 
 def make_node(graph: Graph, registry, op_type: str, inputs: Iterable[str], outputs: Iterable[str],
