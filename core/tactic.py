@@ -50,12 +50,16 @@ class Tactic:
     :param launches: ``(inputs, outputs, workspace) -> [Launch, ...]`` (see module doc).
     :param params: JSON-safe parameters (tile sizes, algorithm), recorded in plan files.
     :param workspace_bytes: scratch device memory the launches need.
+    :param math: the arithmetic it uses beyond the dtype's own: ``"tf32"`` for float32
+        tactics on TF32 tensor cores (allowed by ``BuilderConfig.tf32``, on by default as
+        in TensorRT); ``""`` for plain arithmetic.
     """
 
     name: str
     launches: LaunchFn
     params: Mapping[str, Any] = field(default_factory=dict)
     workspace_bytes: int = 0
+    math: str = ""
 
     def identity(self) -> dict:
         """What a plan records to find this tactic again."""
