@@ -51,6 +51,19 @@ def grid_1d(n: int, block: int = BLOCK) -> tuple[int, int]:
     return min(-(-n // threads), MAX_BLOCKS), threads
 
 
+def elementwise_grid(n: int, per_thread: int = 1, block: int = BLOCK) -> tuple[int, int]:
+    """``(blocks, threads)`` giving every thread about ``per_thread`` elements of ``n``.
+
+    Memory-bound kernels need many loads in flight: the grid is not capped at a few
+    blocks per SM as :func:`grid_1d`'s is (a grid-stride loop stays correct either way).
+    """
+    n = max(int(n), 1)
+    if simulated():
+        return 1, min(n, SIM_THREADS)
+    threads = min(block, max(32, -(-n // 32) * 32))
+    return min(-(-n // (threads * per_thread)), 2**31 - 1), threads
+
+
 def rows_grid(rows: int, block: int = BLOCK) -> tuple[int, int]:
     """``(blocks, threads)`` for one block per row (reductions, softmax, norms).
 

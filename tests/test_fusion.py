@@ -212,3 +212,70 @@ def test_epilogue_fuses_across_a_reshape_computed_from_a_dynamic_shape(rng, regi
     feeds = {"x": rng.standard_normal((3, 2, 3)).astype(np.float32), "r": rng.standard_normal((3, 5)).astype(np.float32)}
     got = engine.create_execution_context().execute(feeds)["y"]
     np.testing.assert_allclose(got, onnxruntime_outputs(onnx_model, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- generated kernels
+
+
+@pytest.mark.parametrize("size", [7, 32, 100])
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_chain_kernel_unrolled_and_tail_trips(size, unroll, registry, rng):
+    """sigmoid(x * s + b) with a scalar s, a same-shape b and, for unroll 1, a strided c:
+    the unrolled fast trips and the partial last trip both store every element once."""
+    from plugrt.fusion.codegen import Program, Step, chain_tactic
+    from plugrt.ir.graph import Node
+    from plugrt.plugin import TensorInfo
+    from numba import cuda
+
+    from plugrt.engine.launcher import PreparedLaunch
+
+    f32 = np.float32
+    x, b = rng.standard_normal(size).astype(f32), rng.standard_normal(size).astype(f32)
+    s = np.array(1.5, f32)
+    info = lambda a: TensorInfo.of(a)  # noqa: E731
+    fn = {op: registry.find_op("", op, 17).pointwise(Node(op, op, "", (), ("y",)), [info(x), info(x)])
+          for op in ("Mul", "Add", "Sigmoid")}
+    steps = (Step(fn["Mul"], (("leaf", 0), ("leaf", 1))), Step(fn["Add"], (("step", 0), ("leaf", 2))),
+             Step(fn["Sigmoid"], (("step", 1),)))
+    tactic = chain_tactic(Program((info(x), info(s), info(b)), steps, (2, 0)), [info(x)], unroll=unroll)
+    assert tactic.params == {"unroll": unroll}
+    outs = [cuda.device_array(size, f32), cuda.device_array(size, f32)]
+    for launch in tactic.launches([cuda.to_device(a) for a in (x, s, b)], outs, None):
+        PreparedLaunch(launch)(0)
+    cuda.synchronize()
+    np.testing.assert_allclose(outs[0].copy_to_host(), 1 / (1 + np.exp(-(x * s + b))), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(outs[1].copy_to_host(), x * s, rtol=1e-6)
+
+
+def test_generated_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile generated chain kernels (unrolled, strided
+    and float16 leaves) and an epilogue for sm_90, free of float64 arithmetic."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from numba import cuda, float32
+        from plugrt.fusion import codegen
+        from plugrt.plugin import TensorInfo
+
+        @cuda.jit(device=True)
+        def fma(a, b, c):
+            return a * b + c
+
+        f32, f16 = np.dtype("float32"), np.dtype("float16")
+        for out_shape, shapes, dts, unroll in (((64,), [(64,), (1,), (64,)], [f32, f32, f32], 4),
+                                               ((4, 8), [(4, 8), (8,), (4, 1)], [f16, f32, f32], 1)):
+            leaves = tuple(TensorInfo(dt, shape) for dt, shape in zip(dts, shapes))
+            program = codegen.Program(leaves, (codegen.Step(fma, (("leaf", 0), ("leaf", 1), ("leaf", 2))),), (0,))
+            kernel, _ = codegen.chain_kernel(program, out_shape, unroll)
+            check(f"chain unroll={unroll}", kernel, [I64, arr(np.int64), arr(f32)] + [arr(dt) for dt in dts], True)
+            fn = codegen.epilogue(codegen.Program(leaves[1:], (codegen.Step(fma, (("value",), ("leaf", 0), ("leaf", 1))),),
+                                                  (0,)), out_shape, 2).fn
+
+            @cuda.jit
+            def anchor(out, ops):
+                out[0] = fn(float32(1), np.int64(0), ops)
+
+            check(f"epilogue {out_shape}", anchor, [arr(f32), types.Tuple((arr(np.int64),) + tuple(arr(dt) for dt in dts[1:]))],
+                  True)
+    """)
+    assert not failures, failures

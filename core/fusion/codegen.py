@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numba import cuda
 
-from plugrt.kernels import Epilogue, broadcast_strides, flat, grid_1d, jit, to_device
+from plugrt.kernels import Epilogue, broadcast_strides, elementwise_grid, flat, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 SAME, SCALAR, STRIDED = "same", "scalar", "strided"
@@ -55,37 +55,40 @@ def leaf_kind(info, out_shape: Sequence[int]) -> str | None:
     return STRIDED
 
 
-def _body(program: Program, kinds: Sequence[str], ndim: int, value: str | None) -> list[str]:
-    """Source lines for one element ``i``: decode strided offsets, load, call, in order.
+def _body(program: Program, kinds: Sequence[str], ndim: int, value: str | None, u: str = "") -> tuple[list, list]:
+    """Source lines for one element ``i{u}``: (loads, calls). Loads decode strided offsets
+    and read the leaves; calls apply the steps in order. ``u`` suffixes every name, so
+    several elements' loads can all be issued before their calls (unrolling).
 
     Leaf ``k`` is the array ``x{k}``; strided leaf number ``s`` reads its strides from
     ``table[ndim * (1 + s) + d]`` (``table[:ndim]`` is the output shape).
     """
-    lines = []
+    loads = []
     strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
     if strided:
-        lines += ["r = i"] + [f"p{k} = 0" for k in strided]
-        lines += [f"for d in range({ndim - 1}, -1, -1):", "    c = r % table[d]", "    r //= table[d]"]
-        lines += [f"    p{k} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
+        loads += [f"r = i{u}"] + [f"p{k}{u} = 0" for k in strided]
+        loads += [f"for d in range({ndim - 1}, -1, -1):", "    c = r % table[d]", "    r //= table[d]"]
+        loads += [f"    p{k}{u} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
     for k, kind in enumerate(kinds):
         if kind in (SAME, STRIDED):
-            index = "i" if kind == SAME else f"p{k}"
-            lines.append(f"a{k} = {_load(program.leaves[k], f'x{k}[{index}]')}")
+            index = f"i{u}" if kind == SAME else f"p{k}{u}"
+            loads.append(f"a{k}{u} = {_load(program.leaves[k], f'x{k}[{index}]')}")
+    calls = []
     for j, step in enumerate(program.steps):
-        args = ", ".join(_ref(a, value) for a in step.args)
-        lines.append(f"t{j} = f{j}({args})")
-    return lines
+        args = ", ".join(_ref(a, value, kinds, u) for a in step.args)
+        calls.append(f"t{j}{u} = f{j}({args})")
+    return loads, calls
 
 
 def _load(info, expr: str) -> str:
     return f"float32({expr})" if np.dtype(info.dtype) == np.float16 else expr
 
 
-def _ref(arg: tuple, value: str | None) -> str:
+def _ref(arg: tuple, value: str | None, kinds: Sequence[str], u: str) -> str:
     if arg[0] == "leaf":
-        return f"a{arg[1]}"
+        return f"a{arg[1]}" if kinds[arg[1]] == SCALAR else f"a{arg[1]}{u}"
     if arg[0] == "step":
-        return f"t{arg[1]}"
+        return f"t{arg[1]}{u}"
     return value
 
 
@@ -102,36 +105,60 @@ def _compile(source: str, fns: tuple, name: str, device: bool):
     """Compile generated source once per (source, device functions)."""
     key = (source, fns, device)
     if key not in _compiled:
-        namespace: dict[str, Any] = {"cuda": cuda, "float32": np.float32}
+        namespace: dict[str, Any] = {"cuda": cuda, "float32": np.float32, "int64": np.int64}
         namespace.update({f"f{j}": fn for j, fn in enumerate(fns)})
         exec(compile(source, f"<plugrt {name}>", "exec"), namespace)
         _compiled[key] = jit(device=True)(namespace[name]) if device else jit(namespace[name])
     return _compiled[key]
 
 
-def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise") -> Tactic:
-    """A tactic computing ``program``'s results elementwise over the outputs' shape."""
-    out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+#: Elements each thread handles per loop trip when no leaf needs strided offsets: their
+#: loads are all issued before the first store, keeping enough bytes in flight to
+#: saturate HBM with scalar loads.
+UNROLL = 4
+
+
+def chain_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
+    """The generated kernel ``kernel(n, table, *outputs, *leaves)`` and its leaf kinds."""
     kinds = [leaf_kind(info, out_shape) for info in program.leaves]
     ndim = len(out_shape)
     leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
     stores = ", ".join(f"o{r}" for r in range(len(program.results)))
     lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
     lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
-    lines += ["    for i in range(cuda.grid(1), n, cuda.gridsize(1)):"]
-    lines += ["        " + line for line in _body(program, kinds, ndim, None)]
-    lines += [f"        o{r}[i] = t{step}" for r, step in enumerate(program.results)]
-    kernel = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "kernel", device=False)
+    lines += ["    stride = int64(cuda.gridsize(1))", f"    for i in range(int64(cuda.grid(1)), n, stride * {unroll}):"]
+    if unroll > 1:  # all elements in range: loads first, then calls and stores
+        lines += [f"        i{u} = i + {u} * stride" for u in range(unroll)]
+        lines += [f"        if i{unroll - 1} < n:"]
+        parts = [_body(program, kinds, ndim, None, str(u)) for u in range(unroll)]
+        lines += ["            " + line for loads, _ in parts for line in loads]
+        lines += ["            " + line for _, calls in parts for line in calls]
+        lines += [f"            o{r}[i{u}] = t{step}{u}" for u in range(unroll) for r, step in enumerate(program.results)]
+        lines += ["            continue"]
+    lines += [f"        for i_ in range(i, min(i + {unroll} * stride, n), stride):"]  # the last, partial trip
+    loads, calls = _body(program, kinds, ndim, None, "_")
+    lines += ["            " + line for line in loads + calls]
+    lines += [f"            o{r}[i_] = t{step}_" for r, step in enumerate(program.results)]
+    return _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "kernel", device=False), kinds
+
+
+def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None) -> Tactic:
+    """A tactic computing ``program``'s results elementwise over the outputs' shape."""
+    out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+    if unroll is None:
+        kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+        unroll = 1 if STRIDED in kinds else UNROLL
+    kernel, kinds = chain_kernel(program, out_shape, unroll)
     table = _table(program, kinds, out_shape)
 
     def launches(ins, outs, workspace):
         n = int(np.prod(out_shape, dtype=np.int64))
         args = [np.int64(n), to_device(table)] + [flat(o) for o in outs]
         args += [flat(x) for x, kind in zip(ins, kinds) if kind is not None]
-        blocks, threads = grid_1d(n)
+        blocks, threads = elementwise_grid(n, unroll)
         return [Launch(kernel, blocks, threads, tuple(args))]
 
-    return Tactic(name, launches)
+    return Tactic(name, launches, {"unroll": unroll})
 
 
 def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str = "") -> Epilogue:
@@ -142,7 +169,8 @@ def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str 
     lines = ["def epilogue(value, i, operands):", "    table = operands[0]"]
     lines += [f"    x{k} = operands[{k + 1}]" for k in range(len(kinds))]  # every epilogue leaf is read
     lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
-    lines += ["    " + line for line in _body(program, kinds, len(out_shape), "value")]
+    loads, calls = _body(program, kinds, len(out_shape), "value", "")
+    lines += ["    " + line for line in loads + calls]
     lines += [f"    return t{program.results[0]}"]
     fn = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "epilogue", device=True)
     return Epilogue(fn, first, _table(program, kinds, out_shape), label)
