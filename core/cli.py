@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
     build.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                        help="skip one graph pass (repeatable); `plugrt inspect` lists the passes that ran")
+    build.add_argument("--timing-cache", metavar="FILE",
+                       help="a JSON timing cache: read before the build (missing: empty), written after it")
+    build.add_argument("--optimization-level", type=int, default=3, choices=range(6), metavar="N",
+                       help="0: each plugin's first tactic, untimed; 1-4: time the first 4 tactics of each "
+                            "layer; 5: time all (default 3)")
+    build.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
+    build.add_argument("--no-progress", action="store_true", help="no progress line while tactics are timed")
     build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
     build.set_defaults(handler=cmd_build)
 
@@ -71,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("plan", help="a .plan file")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(handler=cmd_inspect)
+
+    cache = commands.add_parser("timing-cache", help="work with tactic timing caches")
+    cache_commands = cache.add_subparsers(title="timing-cache commands")
+    merge = cache_commands.add_parser("merge", help="merge timing caches into one (a failure or the smaller "
+                                                     "time wins where two timed the same tactic)")
+    merge.add_argument("caches", nargs="+", metavar="CACHE", help="timing cache files")
+    merge.add_argument("-o", "--output", required=True, help="the merged cache to write (may be one of the inputs)")
+    merge.set_defaults(handler=cmd_timing_cache_merge)
     return parser
 
 
@@ -147,7 +162,9 @@ def cmd_build(args) -> int:
 
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
-    config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass))
+    config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass),
+                           optimization_level=args.optimization_level, tf32=not args.no_tf32,
+                           timing_cache=args.timing_cache, progress=not args.no_progress)
     names = set().union(*shapes.values())
     if names:
         profile = OptimizationProfile()
@@ -269,6 +286,12 @@ def cmd_inspect(args) -> int:
               f"  [{layer['plugin']} ({layer['distribution']})]")
         if len(layer["onnx_nodes"]) > 1:
             print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")
+        if layer.get("time_ms") is not None:
+            line = f"      time {layer['time_ms']:.4f} ms"
+            runner_up = layer.get("runner_up")
+            if runner_up:
+                line += f"; runner-up {runner_up['name']} {runner_up['params']} {runner_up['time_ms']:.4f} ms"
+            print(line)
     if report["passes"]:
         print("graph passes (nodes before -> after):")
         for entry in report["passes"]:
@@ -276,6 +299,22 @@ def cmd_inspect(args) -> int:
                 print(f"  {entry['name']:34s} {entry['nodes_before']:5d} -> {entry['nodes_after']:5d}")
     print(f"memory: weights {memory['weights_bytes']} B, arena {memory['arena_bytes']} B, "
           f"workspace {memory['workspace_bytes']} B")
+    return 0
+
+
+def cmd_timing_cache_merge(args) -> int:
+    import os
+
+    from plugrt.tactics import TimingCache, TimingCacheError
+
+    merged = TimingCache()
+    for path in args.caches:
+        if not os.path.exists(path):
+            raise TimingCacheError(f"timing cache {path!r} does not exist; name existing cache files")
+        merged.merge(TimingCache.load(path))
+    merged.save(args.output)
+    print(f"merged {len(args.caches)} timing caches into {args.output}: {len(merged.entries)} layers, "
+          f"{len(merged)} timings")
     return 0
 
 

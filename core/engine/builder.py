@@ -2,8 +2,9 @@
 
 Steps: import, optimize the graph (:mod:`plugrt.passes`: folding, cleanup, fusion),
 resolve the optimization profile, infer concrete shapes at the profile's
-opt and max shapes, choose a tactic for every device layer at opt shapes (the plugin's
-preference order; timing comes with the tactic tuner), and plan activation memory for
+opt and max shapes, choose a tactic for every device layer at opt shapes
+(:class:`plugrt.tactics.Tuner`: the plugin's preference order, or timing on the GPU with
+a timing cache, by ``BuilderConfig.optimization_level``), and plan activation memory for
 the max shapes by liveness.
 """
 
@@ -20,19 +21,27 @@ from plugrt.engine.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph
+from plugrt.tactics.timing_cache import TimingCache
+from plugrt.tactics.tuner import Tuner
 
 log = logging.getLogger("plugrt.builder")
 
 
 class Builder:
-    """Builds engines with the plugins of ``registry`` (the installed ones by default)."""
+    """Builds engines with the plugins of ``registry`` (the installed ones by default).
 
-    def __init__(self, registry=None):
+    ``measure`` replaces the CUDA-event timer of the tactic tuner (``measure(run) ->
+    milliseconds``, see :class:`plugrt.tactics.Tuner`); given one, tactics are verified
+    and timed even in the CUDA simulator (tests do this).
+    """
+
+    def __init__(self, registry=None, measure=None):
         if registry is None:
             from plugrt.registry import default_registry
 
             registry = default_registry()
         self.registry = registry
+        self.measure = measure
 
     def create_builder_config(self) -> BuilderConfig:
         return BuilderConfig()
@@ -47,6 +56,8 @@ class Builder:
         from plugrt.passes import optimize
 
         config = config or BuilderConfig()
+        cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()
+        tuner = Tuner(config, cache, measure=self.measure)
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
         profile = resolve_profile(graph, config)
         values = profile.shape_values
@@ -56,7 +67,13 @@ class Builder:
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
-        layers = self._choose_tactics(max_graph, opt_graph)
+        try:
+            layers = self._choose_tactics(max_graph, opt_graph, tuner)
+        finally:
+            tuner.finish()
+            if config.timing_cache and tuner.recorded:
+                cache.save(config.timing_cache)
+                log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
         memory = _plan(max_graph, layers)
         workspace = max((layer.workspace_bytes for layer in layers), default=0)
         if workspace > config.max_workspace_bytes:
@@ -68,8 +85,10 @@ class Builder:
                       shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
                       passes=[result.as_json() for result in passes])
 
-    def _choose_tactics(self, max_graph: Graph, opt_graph: Graph) -> list[LayerRecord]:
-        layers, problems = [], []
+    def _choose_tactics(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner) -> list[LayerRecord]:
+        """Every device layer's candidates first (all problems reported at once), then the
+        tuner's choice for each, at opt shapes."""
+        found, problems = [], []
         for index, node in enumerate(max_graph.nodes):
             if is_host_node(max_graph, node):
                 continue
@@ -92,15 +111,24 @@ class Builder:
                 problems.append(f"{node.describe()}: plugin {type(op).__name__} offers no CUDA tactic for "
                                 f"inputs {_describe(pick, node)}")
                 continue
-            chosen = candidates[0]
-            same = [t for t in at_max if t.name == chosen.name] or at_max
-            workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
-            owner = self.registry.owner(op)
-            layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
-                                      owner.version, op.version))
+            if not tuner.allowed(candidates):
+                problems.append(f"{node.describe()}: every tactic of plugin {type(op).__name__} uses TF32 "
+                                f"({', '.join(t.name for t in candidates)}), which the builder config forbids; "
+                                "allow TF32 (drop --no-tf32)")
+                continue
+            found.append((index, node, op, pick, candidates, at_max))
         if problems:
             raise UnsupportedError("cannot build an engine; " + str(len(problems)) + " node(s) have no GPU "
                                    "implementation:\n  " + "\n  ".join(problems))
+        layers = []
+        for position, (index, node, op, pick, candidates, at_max) in enumerate(found, 1):
+            owner = self.registry.owner(op)
+            choice = tuner.choose(node, pick, op, owner, candidates, (position, len(found)))
+            chosen = choice.tactic
+            same = [t for t in at_max if t.name == chosen.name] or at_max
+            workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
+            layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
+                                      owner.version, op.version, choice.time_ms, choice.runner_up))
         return layers
 
 

@@ -39,6 +39,10 @@ class LayerRecord:
     distribution: str | None
     distribution_version: str | None
     op_version: str
+    #: The tactic's median time at opt shapes when it was timed (from the timing cache).
+    time_ms: float | None = None
+    #: The second fastest verified tactic when timed: ``{"name", "params", "time_ms"}``.
+    runner_up: dict | None = None
 
 
 class Engine:
@@ -150,7 +154,7 @@ class Engine:
     # ------------------------------------------------------------------ inspection
 
     def inspect(self) -> dict:
-        """Layers (plugin, tactic, shapes, precision) and memory, JSON-safe."""
+        """Layers (plugin, tactic and its time, shapes, precision) and memory, JSON-safe."""
         layers = []
         opt = self.shapes.get("opt", {})
         for layer in self.layers:
@@ -164,6 +168,7 @@ class Engine:
                 "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
                 "precision": str(self.graph.info(outs[0]).dtype) if outs else "",
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
+                "time_ms": layer.time_ms, "runner_up": layer.runner_up,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),

@@ -68,14 +68,25 @@ class OptimizationProfile:
 
 @dataclass
 class BuilderConfig:
-    """What the builder may do: profiles (one for now), a workspace limit, and which graph
+    """What the builder may do: profiles (one for now), a workspace limit, which graph
     passes run (``fusion=False`` keeps every op its own layer; ``disabled_passes`` names
-    passes to skip, see :mod:`plugrt.passes`)."""
+    passes to skip, see :mod:`plugrt.passes`), and how tactics are chosen
+    (:mod:`plugrt.tactics.tuner`)."""
 
     profiles: list[OptimizationProfile] = field(default_factory=list)
     max_workspace_bytes: int = 1 << 30
     fusion: bool = True
     disabled_passes: set[str] = field(default_factory=set)
+    #: TensorRT's 0..5: 0 takes each plugin's first tactic untimed, 1-4 time the first
+    #: ``PLAUSIBLE_TACTICS`` (4) of each layer, 5 times them all.
+    optimization_level: int = 3
+    #: Allow tactics on TF32 tensor cores (``Tactic.math == "tf32"``) for float32 layers.
+    tf32: bool = True
+    #: A timing cache file (JSON), read before the build and written after it when new
+    #: timings were made; a missing file starts an empty cache.
+    timing_cache: str | None = None
+    #: Show one updating line on stderr (a terminal) while tactics are timed.
+    progress: bool = True
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         if self.profiles:

@@ -1,0 +1,13 @@
+"""Tactic selection: the auto-tuner and its persistent timing cache.
+
+:class:`Tuner` chooses each device layer's tactic (by the plugin's preference, or by
+timing the candidates on the GPU, see :mod:`plugrt.tactics.tuner`); :class:`TimingCache`
+keeps the timings in a JSON file across builds (:mod:`plugrt.tactics.timing_cache`).
+"""
+
+from plugrt.tactics.timing import TacticRun, cuda_event_median
+from plugrt.tactics.timing_cache import TimingCache, TimingCacheError, layer_key, tactic_key
+from plugrt.tactics.tuner import PLAUSIBLE_TACTICS, Choice, Tuner
+
+__all__ = ["PLAUSIBLE_TACTICS", "Choice", "TacticRun", "TimingCache", "TimingCacheError", "Tuner",
+           "cuda_event_median", "layer_key", "tactic_key"]
