@@ -163,6 +163,47 @@ def time_events(fn, stream, repeats: int = 20, warmup: int = 3, torch_events: bo
     return float(np.median(times))
 
 
+def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
+    """The tactic tuner on ResNet-18: heuristic tactics (optimization level 0, the build
+    before tuning existed) against tuned ones at ``batch``; cold and warm timing-cache
+    builds in fresh processes (``plugrt build``, wall time, imports included), and whether
+    the warm build wrote the identical plan."""
+    import subprocess
+
+    import torch
+
+    from plugrt.engine import Engine
+
+    shape = f"input:{batch}x3x224x224"
+    cache = os.path.join(out_dir, "timing-cache.json")
+    if os.path.exists(cache):
+        os.unlink(cache)
+    result = {"batch": batch}
+    for name, extra in (("heuristic", ["--optimization-level", "0"]), ("cold", ["--timing-cache", cache]),
+                        ("warm", ["--timing-cache", cache])):
+        plan = os.path.join(out_dir, f"resnet18-{name}.plan")
+        command = [sys.executable, "-m", "plugrt", "build", onnx_path, "-o", plan, "--min-shapes", "input:1x3x224x224",
+                   "--opt-shapes", shape, "--max-shapes", shape, "--no-progress"] + extra
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        result[f"{name}_build_s"] = time.perf_counter() - started
+        if done.returncode:
+            raise RuntimeError(f"plugrt build ({name}) failed: {done.stderr[-2000:]}")
+    with open(os.path.join(out_dir, "resnet18-cold.plan"), "rb") as a, open(os.path.join(out_dir, "resnet18-warm.plan"), "rb") as b:
+        result["warm_plan_identical"] = a.read() == b.read()
+    x = torch.randn(batch, 3, 224, 224).cuda()
+    for name in ("heuristic", "cold"):
+        engine = Engine.load(os.path.join(out_dir, f"resnet18-{name}.plan"))
+        context = engine.create_execution_context()
+        context.execute_async({"input": x})
+        context.stream.synchronize()
+        result[f"{name}_ms"] = time_cuda(lambda: context.enqueue(), context.stream.synchronize)
+        if name == "cold":
+            result["layers"] = [{"name": layer["name"][:40], "tactic": layer["tactic"], "time_ms": layer.get("time_ms"),
+                                 "runner_up": layer.get("runner_up")} for layer in engine.inspect()["layers"]]
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="gpu-results")
@@ -187,15 +228,12 @@ def main() -> int:
 
             traceback.print_exc()
             results.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
-    try:
-        chain = pointwise_chain_bandwidth(args.out)
-    except Exception as exc:
-        import traceback
-
-        traceback.print_exc()
-        chain = {"error": f"{type(exc).__name__}: {exc}"}
+    chain = guarded(pointwise_chain_bandwidth, args.out)
+    tuning = guarded(tuning_benchmark, args.out, os.path.join(args.out, "resnet18.onnx"))
+    gemm = guarded(lambda: __import__("gemm_bench").sgemm_benchmark())
     with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"models": results, "pointwise_chain": chain}, f, indent=2)
+        json.dump({"models": results, "pointwise_chain": chain, "tuning": tuning, "sgemm": gemm}, f, indent=2,
+                  default=str)
     for r in results:
         for variant in ("fused", "unfused"):
             if variant in r:
@@ -223,7 +261,28 @@ def main() -> int:
               f"PyTorch {chain['torch_copy_ms']:.3f} ms) best {chain['copy_tb_s']:.2f} TB/s; "
               f"{100 * chain['fraction_of_copy']:.1f}% of copy bandwidth; "
               f"max abs err {chain['max_abs_err']:.1e}")
+    if "error" in tuning:
+        print(f"tuning ERROR {tuning['error'][:300]}")
+    else:
+        print(f"ResNet-18 batch {tuning['batch']}: heuristic tactics {tuning['heuristic_ms']:.2f} ms, tuned "
+              f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
+              f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
+              f"{tuning['warm_plan_identical']}")
+    if "error" in gemm:
+        print(f"sgemm ERROR {gemm['error'][:300]}")
     return 0
+
+
+def guarded(fn, *args) -> dict:
+    """``fn(*args)``, or ``{"error": ...}`` with the traceback printed: one failing part
+    must not hide the others' numbers."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":
