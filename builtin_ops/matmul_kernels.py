@@ -6,7 +6,7 @@ by ``K x N`` product, each operand read through element strides (``A[m, k]`` at
 and zero-point tensors are all strides and per-batch offsets. The shape description travels
 as one small int64 ``meta`` array and one ``offs`` table (4 offsets per batch item).
 
-Two kernel families share that description:
+Three kernel families share that description:
 
 - ``tiled``: a shared-memory tile of ``BM x BN`` outputs per block, each thread a ``TM x TN``
   register tile (strided over the block tile so shared reads and global stores are
@@ -14,6 +14,9 @@ Two kernel families share that description:
   applies ``alpha``, reads Gemm's C broadcast through strides, then the fused epilogue
   (:class:`plugrt.kernels.Epilogue`), and casts to the output.
 - ``direct``: one thread per output, a plain K loop; the plainly-correct sibling.
+- float32 GEMM for big products (:func:`gemm_tactics`): the SIMT SGEMM
+  (:mod:`plugrt_builtin_ops.gemm_simt`, with split-K) and the TF32 tensor-core tactic
+  (:mod:`plugrt_builtin_ops.gemm_tf32`).
 
 float16 is loaded as float32 and accumulated in float32, float64 in float64, integers in
 their own width (wrapping as the reference's fixed-width matmul does); MatMulInteger
@@ -103,6 +106,10 @@ def _store_value(out_dtype):
             return total
 
     return value
+
+
+#: The store's value function, for the other product kernels (``gemm_simt``, ``gemm_tf32``).
+store_value_fn = _store_value
 
 
 @functools.lru_cache(maxsize=None)
@@ -392,4 +399,25 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
     tactics = [t for _, t in sorted(ranked, key=lambda pair: pair[0])]
     direct = make("direct", {}, direct_kernel(*key, epilogue.fn), lambda: grid_1d(total))
     tactics.insert(0 if (m == 1 or n == 1) else len(tactics), direct)
-    return tactics
+    if zero_points:
+        return tactics
+    fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
+                        c_index=c_index)
+    if not simulated():
+        return fast + tactics
+    # In the simulator the first tactic wins untimed: keep the exact, cheap ones first
+    # there (the direct tactic stays last when it is).
+    cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
+    return tactics[:cut] + fast + tactics[cut:]
+
+
+def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
+    """The float32 GEMM family for big products, best first: TF32 tensor cores
+    (``math="tf32"``, dropped by the tuner when TF32 is off), then SIMT SGEMM; each only
+    where its tile suits the product (see :func:`plugrt_builtin_ops.gemm_simt.fits`)."""
+    from plugrt_builtin_ops import gemm_simt, gemm_tf32  # they import this module
+
+    kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
+    return (gemm_tf32.tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+            + gemm_simt.simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))

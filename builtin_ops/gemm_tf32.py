@@ -1,0 +1,337 @@
+"""The TF32 tensor-core tactic of MatMul and Gemm (float32 in and out, ``math="tf32"``).
+
+A block of ``wm x wn`` warps computes a ``bm x bn`` output tile, ``bm = wm * mi * 16`` and
+``bn = wn * ni * 8``: each warp owns ``mi x ni`` tiles of ``mma.sync.aligned.m16n8k8``
+(``.row.col.f32.tf32.tf32.f32``), 4 float32 accumulators per tile and thread. Operand
+tiles are staged k-major in two shared buffers exactly as the SIMT SGEMM stages them
+(:func:`plugrt_builtin_ops.gemm_simt.tile_loader`: the next tile's global loads overlap the
+current tile's math), padded by 8 words so the fragment reads are conflict-free; the output
+tile goes through shared memory to the fused epilogue (:func:`~plugrt_builtin_ops.gemm_simt.tile_store`).
+
+The kernel body is the same everywhere; only the warp-level step
+``warp_mma(smem, a_off, b_off, lane, acc)`` (one k8 slice of the warp's tile) differs:
+
+- on a GPU, :func:`mma_tensor_core`: fragments loaded from shared memory, rounded with
+  ``cvt.rna.tf32.f32`` and multiplied by ``mma.sync`` (both inline PTX through
+  ``@intrinsic``, ``research/NUMBA_CUDA.md`` section 4);
+- in the simulator (which runs no inline PTX or warp-collective code), :func:`mma_emulated`:
+  each thread computes the same accumulator elements (same fragment layout) with scalar
+  FMAs on the same shared tiles, operands rounded to TF32 the same way (nearest, ties away).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import float32, uint32
+
+from plugrt.device import simulated
+from plugrt.kernels import Epilogue, cuda, jit
+from plugrt.tactic import Tactic
+from plugrt_builtin_ops.gemm_simt import (
+    choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
+    tile_loader, tile_store,
+)
+from plugrt_builtin_ops.matmul_kernels import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
+
+#: Shared-memory row padding (words): fragment reads of 8 rows x 4 k hit 32 banks.
+PAD = 8
+
+#: The PTX the GPU path runs (also what ``ptxas`` checks in the tests).
+CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
+MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+
+
+@dataclass(frozen=True)
+class Tf32Config:
+    """``wm x wn`` warps, each ``mi x ni`` m16n8k8 tiles; K step ``bk`` (a multiple of 8)."""
+
+    wm: int
+    wn: int
+    mi: int
+    ni: int
+    bk: int
+
+    @property
+    def bm(self) -> int:
+        return self.wm * self.mi * 16
+
+    @property
+    def bn(self) -> int:
+        return self.wn * self.ni * 8
+
+    @property
+    def threads(self) -> int:
+        return self.wm * self.wn * 32
+
+    def check(self) -> None:
+        nt = self.threads
+        if self.bk % 8 or (self.bm * self.bk) % nt or (self.bn * self.bk) % nt:
+            raise ValueError(f"TF32 GEMM: tile {self} does not divide evenly among its {nt} threads")
+
+    def params(self) -> dict:
+        return {"bm": self.bm, "bn": self.bn, "bk": self.bk, "wm": self.wm, "wn": self.wn, "mi": self.mi,
+                "ni": self.ni}
+
+    @property
+    def name(self) -> str:
+        return f"tf32_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
+
+
+#: Configurations offered (tests swap in a one-warp one).
+TF32_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(2, 4, 4, 4, 16),)
+
+
+# --------------------------------------------------------------------------- inline PTX
+
+
+@functools.lru_cache(maxsize=None)
+def _intrinsics():
+    """``(to_tf32, mma_m16n8k8)`` as ``@intrinsic`` inline PTX (GPU target only)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        """``cvt.rna.tf32.f32``: the TF32 value as float32 bits (low 13 mantissa bits 0)."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), CVT_TF32_PTX, "=r,f")
+            return builder.bitcast(builder.call(asm, [args[0]]), f32)
+        return types.float32(types.float32), codegen
+
+    @intrinsic
+    def mma_m16n8k8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """One warp's ``D = A * B + C``; A and B as TF32 values in float32 registers."""
+        def codegen(context, builder, sig, args):
+            out = ir.LiteralStructType([f32] * 4)
+            asm = ir.InlineAsm(ir.FunctionType(out, [i32] * 6 + [f32] * 4), MMA_TF32_PTX,
+                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
+            operands = [builder.bitcast(v, i32) for v in args[:6]] + list(args[6:])
+            result = builder.call(asm, operands)
+            items = [builder.extract_value(result, k) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, items)
+        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
+
+    return to_tf32, mma_m16n8k8
+
+
+# --------------------------------------------------------------------------- warp MMA steps
+#
+# Fragment layout of m16n8k8 (g = lane / 4, t = lane % 4): A holds (g, t), (g + 8, t),
+# (g, t + 4), (g + 8, t + 4); B holds (k t, n g), (k t + 4, n g); the accumulators are
+# (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Tile (i, j) keeps its four at
+# acc[(i * ni + j) * 4 + 0..3]. Shared tiles are k-major: A at a_off + k * lda + row.
+
+
+@functools.lru_cache(maxsize=None)
+def mma_tensor_core(mi: int, ni: int, lda: int, ldb: int):
+    """The GPU warp step: load fragments, round to TF32, ``mma.sync`` per tile."""
+    to_tf32, mma = _intrinsics()
+    fa_len, fb_len = 4 * mi, 2 * ni
+
+    @jit(device=True)
+    def warp_mma(smem, a_off, b_off, lane, acc):
+        fa = cuda.local.array(fa_len, float32)
+        fb = cuda.local.array(fb_len, float32)
+        g = lane >> 2
+        t = lane & 3
+        for i in range(mi):
+            p = a_off + t * lda + i * 16 + g
+            fa[4 * i] = to_tf32(smem[p])
+            fa[4 * i + 1] = to_tf32(smem[p + 8])
+            fa[4 * i + 2] = to_tf32(smem[p + 4 * lda])
+            fa[4 * i + 3] = to_tf32(smem[p + 4 * lda + 8])
+        for j in range(ni):
+            q = b_off + t * ldb + j * 8 + g
+            fb[2 * j] = to_tf32(smem[q])
+            fb[2 * j + 1] = to_tf32(smem[q + 4 * ldb])
+        for i in range(mi):
+            for j in range(ni):
+                base = (i * ni + j) * 4
+                d = mma(fa[4 * i], fa[4 * i + 1], fa[4 * i + 2], fa[4 * i + 3], fb[2 * j], fb[2 * j + 1],
+                        acc[base], acc[base + 1], acc[base + 2], acc[base + 3])
+                acc[base] = d[0]
+                acc[base + 1] = d[1]
+                acc[base + 2] = d[2]
+                acc[base + 3] = d[3]
+
+    return warp_mma
+
+
+@jit(device=True)
+def round_tf32(x):
+    """float32 rounded to TF32 (10 mantissa bits, nearest, ties away), as ``cvt.rna`` does."""
+    box = cuda.local.array(1, float32)
+    box[0] = x
+    bits = box.view(np.uint32)
+    bits[0] = (bits[0] + uint32(0x1000)) & uint32(0xFFFFE000)
+    return box[0]
+
+
+@functools.lru_cache(maxsize=None)
+def mma_emulated(mi: int, ni: int, lda: int, ldb: int):
+    """The simulator's warp step: this thread's accumulators of every tile, by scalar FMAs
+    on TF32-rounded operands (no cross-lane data needed)."""
+
+    @jit(device=True)
+    def warp_mma(smem, a_off, b_off, lane, acc):
+        g = lane >> 2
+        t = lane & 3
+        for i in range(mi):
+            for j in range(ni):
+                base = (i * ni + j) * 4
+                for half in range(2):
+                    row = a_off + i * 16 + g + 8 * half
+                    col = b_off + j * 8 + 2 * t
+                    s0 = acc[base + 2 * half]
+                    s1 = acc[base + 2 * half + 1]
+                    for kk in range(8):
+                        av = round_tf32(smem[row + kk * lda])
+                        s0 += av * round_tf32(smem[col + kk * ldb])
+                        s1 += av * round_tf32(smem[col + kk * ldb + 1])
+                    acc[base + 2 * half] = s0
+                    acc[base + 2 * half + 1] = s1
+
+    return warp_mma
+
+
+def warp_mma_for(mi: int, ni: int, lda: int, ldb: int, emulated: bool | None = None):
+    """The warp step for this backend: tensor cores on a GPU, scalar FMAs in the simulator."""
+    emulated = simulated() if emulated is None else emulated
+    return (mma_emulated if emulated else mma_tensor_core)(mi, ni, lda, ldb)
+
+
+# --------------------------------------------------------------------------- kernel
+
+
+@functools.lru_cache(maxsize=None)
+def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
+                epilogue_fn, emulated: bool | None = None):
+    """The TF32 GEMM kernel; arguments, grid and split-K as
+    :func:`plugrt_builtin_ops.gemm_simt.simt_kernel`, ``config.threads`` threads."""
+    config.check()
+    BM, BN, BK, MI, NI = config.bm, config.bn, config.bk, config.mi, config.ni
+    WN, NT = config.wn, config.threads
+    LDA, LDB = BM + PAD, BN + PAD
+    A_SIZE, B_SIZE = BK * LDA, BK * LDB
+    B_AT = 2 * A_SIZE
+    ACC = MI * NI * 4
+    A_LOADS, B_LOADS = loads_per_thread(BM, BK, NT), loads_per_thread(BN, BK, NT)
+    fetch_a, stash_a = tile_loader(BM, BK, LDA, NT, bool(a_k_contiguous), bool(even))
+    fetch_b, stash_b = tile_loader(BN, BK, LDB, NT, bool(b_k_contiguous), bool(even))
+    warp_mma = warp_mma_for(MI, NI, LDA, LDB, emulated)
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+
+    def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
+        smem = cuda.shared.array(0, float32)
+        acc = cuda.local.array(ACC, float32)
+        ga = cuda.local.array(A_LOADS, float32)
+        gb = cuda.local.array(B_LOADS, float32)
+        m, n, k = meta[M_], meta[N_], meta[K_]
+        sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        warp = tid >> 5
+        wrow = (warp // WN) * (MI * 16)
+        wcol = (warp % WN) * (NI * 8)
+        n0 = cuda.blockIdx.x * BN
+        m0 = cuda.blockIdx.y * BM
+        bz = cuda.blockIdx.z
+        bi = bz // splits
+        z = bz - bi * splits
+        k_begin = z * kchunk
+        k_end = min(k, k_begin + kchunk)
+        ao, bo = offs[bi * OFFS_W], offs[bi * OFFS_W + 1]
+        for i in range(ACC):
+            acc[i] = float32(0)
+
+        fetch_a(a, ao, sam, sak, m0, k_begin, m, k_end, tid, ga)
+        fetch_b(b, bo, sbn, sbk, n0, k_begin, n, k_end, tid, gb)
+        stash_a(ga, smem, 0, tid)
+        stash_b(gb, smem, B_AT, tid)
+        cuda.syncthreads()
+        ktiles = (k_end - k_begin + BK - 1) // BK
+        for t in range(ktiles):
+            cur = t & 1
+            more = t + 1 < ktiles
+            if more:
+                k_next = k_begin + (t + 1) * BK
+                fetch_a(a, ao, sam, sak, m0, k_next, m, k_end, tid, ga)
+                fetch_b(b, bo, sbn, sbk, n0, k_next, n, k_end, tid, gb)
+            a_off = cur * A_SIZE + wrow
+            b_off = B_AT + cur * B_SIZE + wcol
+            for ks in range(BK // 8):
+                warp_mma(smem, a_off + ks * 8 * LDA, b_off + ks * 8 * LDB, lane, acc)
+            if more:
+                other = 1 - cur
+                stash_a(ga, smem, other * A_SIZE, tid)
+                stash_b(gb, smem, B_AT + other * B_SIZE, tid)
+            cuda.syncthreads()
+
+        g = lane >> 2
+        t4 = lane & 3
+        for i in range(MI):  # unrolled: constant accumulator indices
+            for j in range(NI):
+                base = (i * NI + j) * 4
+                row = wrow + i * 16 + g
+                col = wcol + j * 8 + 2 * t4
+                smem[row * BN + col] = acc[base]
+                smem[row * BN + col + 1] = acc[base + 1]
+                smem[(row + 8) * BN + col] = acc[base + 2]
+                smem[(row + 8) * BN + col + 1] = acc[base + 3]
+        cuda.syncthreads()
+        store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
+
+    kernel.__name__ = f"gemm_{config.name}_{'even' if even else 'guarded'}{'_splitk' if split else ''}"
+    # No register cap: ~240 registers without one; capped at 128 the fragments spill.
+    return jit(kernel, launch_bounds=(NT, 1))
+
+
+# --------------------------------------------------------------------------- tactics
+
+
+def tf32_tactic(config: Tf32Config, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue, alpha: float = 1.0,
+                beta: float = 0.0, c_index: int | None = None, splits: int = 1,
+                emulated: bool | None = None) -> Tactic:
+    """One TF32 tensor-core tactic for a planned float32 product (``math="tf32"``).
+
+    ``emulated``: force the scalar warp step (``True``) or the tensor cores (``False``);
+    by default the backend decides. The name and parameters are the same either way.
+    """
+    config.check()
+    even = is_even(meta, config.bm, config.bn, config.bk)
+    a_kc, b_kc = int(meta[SAK]) == 1, int(meta[SBK]) == 1
+
+    def kernel_for(split):
+        return tf32_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)
+
+    mainloop = 2 * config.bk * (config.bm + PAD + config.bn + PAD)
+    launches, workspace_bytes, splits = gemm_launches(
+        kernel_for, meta, offs, config.bm, config.bn, config.bk, config.threads,
+        staging_bytes(config.bm, config.bn, mainloop), splits, epilogue, alpha, beta, c_index)
+    name = config.name + (f"_splitk{splits}" if splits > 1 else "")
+    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes, math="tf32")
+
+
+def tf32_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
+    """The TF32 tactics valid for a planned product (float32 only), split-K first when the
+    output tiles alone cannot fill the GPU."""
+    if not is_float32(a_dtype, b_dtype, out_dtype):
+        return []
+    whole, split = [], []
+    for config in TF32_CONFIGS:
+        if not fits(meta, config.bm, config.bn):
+            continue
+        kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
+        whole.append(tf32_tactic(config, meta, offs, **kw))
+        splits = choose_splits(meta, config.bm, config.bn, config.bk)
+        if splits > 1:
+            split.append(tf32_tactic(config, meta, offs, splits=splits, **kw))
+    return split + whole
