@@ -15,7 +15,7 @@ from plugrt import ShapeError, hookimpl
 from plugrt.ir import dims
 from plugrt.kernels import no_epilogue
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import conv_gemm_kernels, conv_kernels
+from plugrt_builtin_ops import conv_depthwise_kernels, conv_gemm_kernels, conv_kernels
 from plugrt_builtin_ops.elementwise import vector_along
 
 #: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
@@ -240,23 +240,28 @@ class Conv(_ConvBase):
         return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
 
     def tactics(self, node, inputs, outputs, epilogue=None):
-        """Implicit GEMM (1-D/2-D, float32/float16) unless the groups leave few output
-        channels each, then the direct 2-D kernel; the N-d direct kernel always. Each
-        applies ``epilogue`` at its final store."""
+        """Every tactic that fits the node, best guess first; each applies ``epilogue`` at
+        its final store.
+
+        1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
+        without padding, else the implicit GEMM; one per tile, with and without a K split,
+        in :func:`conv_gemm_kernels.gemm_tactics`' estimated order). Depthwise nodes (one
+        input channel per group) get the depthwise tactics, any 1-D/2-D node the direct 2-D
+        kernel. With few output channels per group the GEMM's channel tile would be mostly
+        empty, so the depthwise and direct 2-D kernels lead there. The N-d direct kernel
+        always comes last."""
         geo = self._kernel_geometry(node, inputs, outputs)
         dtype = inputs[0].dtype
         epilogue = epilogue or no_epilogue(len(node.inputs))
         found = []
         if geo.rank <= 2:
-            fast = []
-            if dtype != np.float64:
-                fast.append(conv_gemm_kernels.gemm_tactic(geo, dtype, epilogue=epilogue))
-            direct2d = conv_kernels.direct2d_tactic(geo, dtype, epilogue)
+            gemm = conv_gemm_kernels.gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
+            depthwise = conv_depthwise_kernels.depthwise_tactics(geo, dtype, epilogue)
+            direct2d = [conv_kernels.direct2d_tactic(geo, dtype, epilogue)]
             if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
-                fast.append(direct2d)
+                found += gemm + depthwise + direct2d
             else:
-                fast.insert(0, direct2d)
-            found += fast
+                found += depthwise + direct2d + gemm
         found.append(conv_kernels.direct_tactic(geo, dtype, epilogue))
         return found
 

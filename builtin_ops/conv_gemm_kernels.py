@@ -1,4 +1,4 @@
-"""The implicit-GEMM tactic of Conv with one or two spatial dims (NCHW, float32/float16).
+"""The GEMM tactics of Conv with one or two spatial dims (NCHW, float32/float16).
 
 Per group the convolution is a matrix product ``Y[m, p] = sum_k W[m, k] * X_col[k, p]``
 with ``m`` the group's output channels, ``p = (n, oh, ow)`` the output pixels and
@@ -13,6 +13,14 @@ Small problems (few output tiles, long K: late ResNet layers at batch 1) split K
 adds them up with the bias. The epilogue (:class:`plugrt.kernels.Epilogue`) runs at the one
 final store of each element: in the GEMM kernel without a split, in ``split_sum`` with one.
 A 1-D node runs as 2-D with a unit H axis.
+
+A 1x1 convolution without padding (any stride) is a plain GEMM per image,
+``Y[n][m, p] = W[m, c] x X[n][c, p]``: the ``pointwise`` form of the same kernel reads X
+straight from the channel index, with no k table.
+
+:func:`gemm_tactics` offers every tile configuration of :data:`GPU_CONFIGS` that fits the
+node (:data:`SIM_CONFIGS` under the simulator), each without and, where it helps, with a
+K split, ordered by :func:`estimated_cycles`, a rough model the tuner then corrects.
 """
 
 from __future__ import annotations
@@ -66,19 +74,42 @@ class GemmConfig:
     def params(self) -> dict:
         return {"bm": self.bm, "bn": self.bn, "bk": self.bk, "tm": self.tm, "tn": self.tn}
 
+    @property
+    def label(self) -> str:
+        """``64x128x16_4x8``: block tile, K step, register tile."""
+        return f"{self.bm}x{self.bn}x{self.bk}_{self.tm}x{self.tn}"
 
-#: The GPU tile; the simulator gets a small one so tests stay quick (same kernel code).
+
+#: The measured GPU tile (10.5 TFLOP/s SGEMM on the H200); the simulator's small one.
 GPU_CONFIG = GemmConfig(64, 64, 16, 4, 4)
 SIM_CONFIG = GemmConfig(16, 16, 8, 2, 2)
+
+#: The tiles offered on a GPU, all 256 threads a block. 8x8 register tiles take about
+#: 100 registers a thread; shared memory stays under 17 KiB.
+GPU_CONFIGS = (
+    GPU_CONFIG,
+    GemmConfig(64, 64, 8, 4, 4),      # short K (first layers: C * kh * kw of 27 to 147)
+    GemmConfig(128, 64, 16, 8, 4),    # many output channels, fewer pixels
+    GemmConfig(64, 128, 16, 4, 8),    # many pixels (early layers, large batches)
+    GemmConfig(128, 128, 8, 8, 8),    # large layers: the most reuse per shared-memory load
+    GemmConfig(32, 64, 16, 2, 4),     # few output channels per group
+)
+#: The same kernel at simulator sizes (16 and 64 threads), so tests run every form quickly.
+SIM_CONFIGS = (SIM_CONFIG, GemmConfig(8, 16, 8, 2, 4))
 
 
 def default_config() -> GemmConfig:
     return SIM_CONFIG if simulated() else GPU_CONFIG
 
 
+def default_configs() -> tuple:
+    return SIM_CONFIGS if simulated() else GPU_CONFIGS
+
+
 @functools.lru_cache(maxsize=None)
-def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, epilogue_fn):
-    """The implicit-GEMM kernel for one tile shape and epilogue (see the module doc)."""
+def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, epilogue_fn, pointwise: bool = False):
+    """The implicit-GEMM kernel for one tile shape and epilogue (see the module doc);
+    ``pointwise`` for 1x1 kernels without padding (k is the channel, ``ktab`` unused)."""
     tx_n, ty_n = bn // tn, bm // tm
     nt = tx_n * ty_n
     b_rows = nt // bn          # B-tile rows one pass of the block loads
@@ -155,10 +186,13 @@ def gemm_kernel(bm: int, bn: int, bk: int, tm: int, tn: int, epilogue_fn):
                             kb = k0 + kk
                             value = float32(0)
                             if p_ok and kb < k_end:
-                                ih = ih0 + ktab[ktotal + kb]
-                                iw = iw0 + ktab[2 * ktotal + kb]
-                                if ih >= 0 and ih < height and iw >= 0 and iw < width:
-                                    value = float32(x[x_base + ktab[kb]])
+                                if pointwise:
+                                    value = float32(x[x_base + kb * plane])
+                                else:
+                                    ih = ih0 + ktab[ktotal + kb]
+                                    iw = iw0 + ktab[2 * ktotal + kb]
+                                    if ih >= 0 and ih < height and iw >= 0 and iw < width:
+                                        value = float32(x[x_base + ktab[kb]])
                             b_tile[kk * bn + b_col] = value
                         cuda.syncthreads()
                         for kk in range(u_bk):
@@ -238,17 +272,25 @@ def choose_splits(geo: ConvGeometry, config: GemmConfig) -> int:
     return max(1, min(-(-2 * SMS // tiles), ktiles // MIN_KTILES_PER_SPLIT))
 
 
-def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, splits: int | None = None,
-                epilogue: Epilogue | None = None) -> Tactic:
-    """The implicit-GEMM tactic of a 1-D or 2-D Conv (see the module doc).
+def is_pointwise(geo: ConvGeometry) -> bool:
+    """A 1x1 kernel without padding: each output pixel reads one input pixel per channel."""
+    return all(k == 1 for k in geo.kernel) and all(p == 0 for p in geo.pads)
 
-    ``epilogue`` defaults to none, for a node with inputs X, W and B.
+
+def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, splits: int | None = None,
+                epilogue: Epilogue | None = None, pointwise: bool = False) -> Tactic:
+    """The implicit-GEMM tactic of a 1-D or 2-D Conv (see the module doc), or with
+    ``pointwise`` the plain GEMM of a 1x1 one (:func:`is_pointwise` must hold).
+
+    ``epilogue`` defaults to none, for a node with inputs X, W and B. The name says the
+    form, the tile and whether K is split; ``splits`` itself is a parameter.
     """
     assert not geo.transposed and geo.rank in (1, 2)
+    assert not pointwise or is_pointwise(geo)
     config = config or default_config()
     config.check()
     epilogue = epilogue or no_epilogue(3)
-    kernel = gemm_kernel(config.bm, config.bn, config.bk, config.tm, config.tn, epilogue.fn)
+    kernel = gemm_kernel(config.bm, config.bn, config.bk, config.tm, config.tn, epilogue.fn, pointwise)
     geo2 = geometry_2d(geo)
     ktotal = int(geo2[G2_CG] * geo2[G2_KH] * geo2[G2_KW])
     ktiles = -(-ktotal // config.bk)
@@ -262,7 +304,7 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
     ptiles = -(-npix // config.bn)
     mtiles = -(-(cout // geo.group) // config.bm)
     grid = (min(ptiles, 2**31 - 1), min(geo.group * mtiles, 65535), min(splits, 65535))
-    table = k_table(geo2)
+    table = k_table(geo2) if not pointwise else np.zeros((3, 1), np.int64)
 
     def launches(ins, outs, workspace):
         if geo.out_size == 0:
@@ -288,4 +330,63 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
                                np.int64(npix // int(geo2[G2_N])), np.int64(splits), operands)))
         return run
 
-    return Tactic("implicit_gemm", launches, {**config.params(), "splits": splits}, workspace_bytes)
+    name = f"{'gemm_1x1' if pointwise else 'implicit_gemm'}_{config.label}{'_splitk' if splits > 1 else ''}"
+    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes)
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def fits(geo: ConvGeometry, config: GemmConfig, configs) -> bool:
+    """Whether a tile is worth offering: not more than twice the problem along M (output
+    channels per group) or N (output pixels) when a smaller tile of the set exists."""
+    npix = geo.batch * int(np.prod(geo.out_spatial))
+    mg = geo.out_channels // geo.group
+    return (config.bm <= max(min(c.bm for c in configs), _next_pow2(mg))
+            and config.bn <= max(min(c.bn for c in configs), _next_pow2(npix)))
+
+
+#: Model constants: resident 256-thread blocks per SM, FP32 FMAs per SM and cycle, the
+#: GPU's bytes per cycle from memory, and the second launch of a split (cycles).
+BLOCKS_PER_SM, FMAS_PER_CYCLE, BYTES_PER_CYCLE, SPLIT_LAUNCH = 2, 128, 2100, 2000
+
+
+def estimated_cycles(geo: ConvGeometry, config: GemmConfig, splits: int) -> float:
+    """A rough run time, only to order the tactics: waves of blocks, each block's FMAs
+    at an efficiency that grows with the register tile's reuse, plus a split's partial
+    sums written and read back and its second launch."""
+    npix = geo.batch * int(np.prod(geo.out_spatial))
+    mg = geo.out_channels // geo.group
+    ktotal = geo.in_channels // geo.group * int(np.prod(geo.kernel))
+    ktiles = -(-ktotal // config.bk)
+    per_split = -(-ktiles // splits)
+    blocks = geo.group * -(-mg // config.bm) * -(-npix // config.bn) * splits
+    waves = -(-blocks // (SMS * BLOCKS_PER_SM))
+    reuse = config.tm * config.tn / (config.tm + config.tn)
+    efficiency = reuse / (reuse + 2)
+    cycles = waves * config.bm * config.bn * config.bk * per_split / (FMAS_PER_CYCLE / BLOCKS_PER_SM * efficiency)
+    if splits > 1:
+        cycles += 8 * splits * geo.out_channels * npix / BYTES_PER_CYCLE + SPLIT_LAUNCH
+    return cycles
+
+
+def gemm_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, configs=None) -> list[Tactic]:
+    """Every GEMM tactic of the node, fastest estimate first: the plain 1x1 GEMM for
+    :func:`is_pointwise` nodes, else the implicit GEMM; per fitting tile one tactic
+    without a K split and one with :func:`choose_splits`' split where that is above 1."""
+    configs = tuple(configs or default_configs())
+    pointwise = is_pointwise(geo)
+    candidates = []
+    for config in configs:
+        if not fits(geo, config, configs):
+            continue
+        for splits in sorted({1, choose_splits(geo, config)}):
+            tactic = gemm_tactic(geo, dtype, config, splits, epilogue, pointwise)
+            if splits > 1 and tactic.params["splits"] == 1:
+                continue  # K too short to split after all
+            candidates.append((estimated_cycles(geo, config, tactic.params["splits"]), len(candidates), tactic))
+    return [tactic for _, _, tactic in sorted(candidates, key=lambda c: c[:2])]

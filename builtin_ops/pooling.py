@@ -171,8 +171,7 @@ class MaxPool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0], node.attrs["storage_order"])
-        return [pooling_kernels.window_pool_tactic("max", inputs[0], outputs[0], table,
-                                                   with_index=len(outputs) > 1)]
+        return pooling_kernels.window_pool_tactics("max", inputs[0], outputs[0], table, with_index=len(outputs) > 1)
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -216,8 +215,8 @@ class AveragePool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0])
-        return [pooling_kernels.window_pool_tactic("avg", inputs[0], outputs[0], table,
-                                                   include_pad=int(node.attrs["count_include_pad"] != 0))]
+        return pooling_kernels.window_pool_tactics("avg", inputs[0], outputs[0], table,
+                                                   include_pad=int(node.attrs["count_include_pad"] != 0))
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -240,7 +239,7 @@ class LpPool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0])
-        return [pooling_kernels.window_pool_tactic("lp", inputs[0], outputs[0], table, p=node.attrs["p"])]
+        return pooling_kernels.window_pool_tactics("lp", inputs[0], outputs[0], table, p=node.attrs["p"])
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -269,7 +268,7 @@ class GlobalPool(OpPlugin):
     kind = ""
 
     def tactics(self, node, inputs, outputs):
-        return [pooling_kernels.global_pool_tactic(self.kind, inputs[0], p=node.attrs.get("p", 2))]
+        return pooling_kernels.global_pool_tactics(self.kind, inputs[0], p=node.attrs.get("p", 2))
 
     def reference(self, node, inputs):
         x = inputs[0]

@@ -191,9 +191,33 @@ def sum_pool_kernel(dtype: str, lp: bool):
     return kernel
 
 
+#: Streaming multiprocessors of the target GPU (H200).
+SMS = 132
+
+
+def window_block_order(n: int) -> tuple:
+    """Block sizes for ``n`` outputs, best guess first: 256 when even 256-thread blocks
+    give every SM two, smaller blocks (more of them) for smaller outputs."""
+    if n >= 2 * SMS * 256:
+        return (256, 128, 64)
+    if n >= 2 * SMS * 128:
+        return (128, 256, 64)
+    return (64, 128, 256)
+
+
+def window_pool_tactics(kind: str, x_info, y_info, table: np.ndarray, **options) -> list[Tactic]:
+    """The direct tactics of a windowed pool, one per block size (``direct_t256``...),
+    in :func:`window_block_order`; sizes past the output's (rounded to 64) would launch
+    the same block and are left out."""
+    n = int(np.prod([int(d) for d in y_info.shape], dtype=np.int64))
+    sizes = [t for t in window_block_order(n) if t <= max(64, -(-n // 32) * 32)]
+    return [window_pool_tactic(kind, x_info, y_info, table, threads=t, **options) for t in sizes]
+
+
 def window_pool_tactic(kind: str, x_info, y_info, table: np.ndarray, *, with_index=False,
-                       include_pad=0, p=2) -> Tactic:
-    """The direct tactic of MaxPool (``kind`` "max"), AveragePool ("avg") or LpPool ("lp")."""
+                       include_pad=0, p=2, threads=BLOCK) -> Tactic:
+    """The direct tactic of MaxPool (``kind`` "max"), AveragePool ("avg") or LpPool ("lp"),
+    one output per thread in blocks of ``threads``."""
     dtype = np.dtype(x_info.dtype)
     x_shape = tuple(int(d) for d in x_info.shape)
     y_shape = tuple(int(d) for d in y_info.shape)
@@ -206,7 +230,7 @@ def window_pool_tactic(kind: str, x_info, y_info, table: np.ndarray, *, with_ind
 
     def launches(inputs, outputs, workspace):
         geo = to_device(table)
-        blocks, threads = grid_1d(n)
+        blocks, block = grid_1d(n, threads)
         common = (np.int64(n), np.int64(max(out_plane, 1)), np.int64(in_plane), np.int64(taps), np.int64(nsp), geo)
         y, x = flat(outputs[0]), flat(inputs[0])
         if kind == "max":
@@ -217,9 +241,9 @@ def window_pool_tactic(kind: str, x_info, y_info, table: np.ndarray, *, with_ind
         else:
             kernel = sum_pool_kernel(dtype.str, kind == "lp")
             args = (y, x) + common + (np.int64(include_pad), npt(p), npt(1.0 / p) if kind == "lp" else npt(1))
-        return [Launch(kernel, blocks, threads, args)]
+        return [Launch(kernel, blocks, block, args)]
 
-    return Tactic("direct", launches, {"kind": kind})
+    return Tactic(f"direct_t{threads}", launches, {"kind": kind, "threads": threads})
 
 
 # ------------------------------------------------------------------------ global pools
@@ -282,9 +306,27 @@ def global_pool_kernel(dtype: str, kind: str):
     return kernel
 
 
-def global_pool_tactic(kind: str, x_info, p=2) -> Tactic:
+def global_block_order(plane: int) -> tuple:
+    """Block sizes for rows of ``plane`` elements, best guess first: the smallest power
+    of two from 32 to :data:`BLOCK` giving each thread at most four elements (a ResNet's
+    7x7 plane: 32), then the others by distance from it."""
+    best = min(BLOCK, max(32, 1 << max(-(-max(plane, 1) // 4) - 1, 0).bit_length()))
+    sizes = (32, 64, 128, 256)
+    return tuple(sorted(sizes, key=lambda t: (abs(t.bit_length() - best.bit_length()), t)))
+
+
+def global_pool_tactics(kind: str, x_info, p=2) -> list[Tactic]:
+    """The block-per-row tactics of a global pool, one per block size up to the row's
+    length, in :func:`global_block_order`."""
+    plane = int(np.prod([int(d) for d in x_info.shape[2:]], dtype=np.int64))
+    useful = max(32, 1 << max(plane - 1, 0).bit_length())  # more threads than elements would idle
+    return [global_pool_tactic(kind, x_info, p, threads=t) for t in global_block_order(plane) if t <= useful]
+
+
+def global_pool_tactic(kind: str, x_info, p=2, threads=BLOCK) -> Tactic:
     """The block-per-row tactic of GlobalAveragePool ("avg"), GlobalMaxPool ("max") and
-    GlobalLpPool ("lp")."""
+    GlobalLpPool ("lp"), ``threads`` (at most :data:`BLOCK`) per row."""
+    assert threads <= BLOCK
     dtype = np.dtype(x_info.dtype)
     shape = tuple(int(d) for d in x_info.shape)
     rows = shape[0] * shape[1]
@@ -293,8 +335,8 @@ def global_pool_tactic(kind: str, x_info, p=2) -> Tactic:
 
     def launches(inputs, outputs, workspace):
         kernel = global_pool_kernel(dtype.str, kind)
-        blocks, threads = rows_grid(rows, BLOCK)
+        blocks, block = rows_grid(rows, threads)
         args = (flat(outputs[0]), flat(inputs[0]), np.int64(rows), np.int64(plane), npt(p), npt(1.0 / p))
-        return [Launch(kernel, blocks, threads, args)]
+        return [Launch(kernel, blocks, block, args)]
 
-    return Tactic("block_per_row", launches, {"kind": kind})
+    return Tactic(f"block_per_row_t{threads}", launches, {"kind": kind, "threads": threads})

@@ -150,13 +150,13 @@ def make_tree(combine, bx: int):
 def log_of(A):
     """``math.log`` for type ``A`` giving -inf at 0 and NaN below, as on the GPU (the
     simulator's ``math.log`` raises there)."""
-    lowest, nan = A(-np.inf), A(np.nan)
+    lowest, nan, zero = A(-np.inf), A(np.nan), A(0)
 
     @jit(device=True)
     def log(v):
-        if v > 0:
+        if v > zero:  # a typed zero: comparing float32 with a literal 0 widens to float64
             return math.log(v)
-        if v == 0:
+        if v == zero:
             return lowest
         return nan
 
@@ -319,21 +319,36 @@ def _storage(array, dtype):
     return array.view(np.uint8) if np.dtype(dtype) == np.bool_ else array
 
 
+def block_shapes(n_out: int, n_red: int) -> list[tuple[int, int]]:
+    """Block shapes ``(bx, by)`` offered, :func:`block_shape`'s first, then one block of
+    256 threads per output, a warp per output (8 outputs a block) and 128 threads per
+    output (2 a block); ``by`` never above the outputs, shapes wider than the reduction
+    (rounded up to a warp) left out."""
+    first = block_shape(n_out, n_red)
+    found = [first]
+    for bx, by in ((256, 1), (32, 8), (128, 2)):
+        shape = (bx, min(by, _pow2_at_least(max(n_out, 1))))
+        if shape not in found and bx <= max(32, _pow2_at_least(max(n_red, 1))):
+            found.append(shape)
+    return found
+
+
 def view_tactics(view: AxesView, make_block, make_thread, prefer_thread: bool, extra_args=(),
                  dtype=None) -> list[Tactic]:
-    """The ``block`` and ``thread`` tactics of a kernel pair over ``view``.
+    """The ``block{bx}x{by}`` tactics (one per :func:`block_shapes` entry) and the
+    ``thread`` tactic of a kernel pair over ``view``, ``thread`` first when
+    ``prefer_thread``, else last.
 
     ``make_block(bx, by)`` and ``make_thread()`` return compiled kernels taking
     ``(x, out, n_out, n_red, *tables, *extra_args)``.
     """
     n_out, n_red = view.n_out, view.n_red
-    bx, by = block_shape(n_out, n_red)
 
     def args(ins, outs):
         return (_storage(ins[0], dtype), _storage(outs[0], dtype), np.int64(n_out), np.int64(n_red),
                 *view.tables(), *extra_args)
 
-    def block(ins, outs, workspace):
+    def block(ins, outs, workspace, bx, by):
         if n_out == 0:
             return []
         grid, lbx, lby = launch_shape(n_out, bx, by)
@@ -345,8 +360,10 @@ def view_tactics(view: AxesView, make_block, make_thread, prefer_thread: bool, e
         blocks, threads = grid_1d(n_out)
         return [Launch(make_thread(), blocks, threads, args(ins, outs))]
 
-    found = [Tactic("block", block, {"block": [bx, by]}), Tactic("thread", thread, {})]
-    return found[::-1] if prefer_thread else found
+    blocks = [Tactic(f"block{bx}x{by}", functools.partial(block, bx=bx, by=by), {"block": [bx, by]})
+              for bx, by in block_shapes(n_out, n_red)]
+    single = Tactic("thread", thread, {})
+    return [single] + blocks if prefer_thread else blocks + [single]
 
 
 def prefers_thread(view: AxesView) -> bool:
