@@ -27,9 +27,8 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, int64, uint64
+from numba import float32, int64
 
-from plugrt.device import simulated
 from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 from plugrt_builtin_ops.matmul_kernels import (
@@ -408,6 +407,3 @@ def simt_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
             split.append(simt_tactic(config, meta, offs, splits=splits, **kw))
     return split + whole
 
-
-__all__ = ["SimtConfig", "SIMT_CONFIGS", "simt_kernel", "simt_tactic", "simt_tactics", "split_reduce_kernel",
-           "tile_loader", "gemm_launches", "simulated"]
