@@ -205,73 +205,110 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
+PARTS = ("chain", "gemm", "tuning", "models")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="gpu-results")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    parts = [p for p in args.parts.split(",") if p]
+    import torch
+
+    torch.manual_seed(0)
+    report: dict = {}
+
+    def save():  # after every part, so a run cut short still returns what it measured
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(report, f, indent=2, default=str)
+
+    for part in parts:
+        if part == "chain":
+            report["pointwise_chain"] = guarded(pointwise_chain_bandwidth, args.out)
+        elif part == "gemm":
+            report["sgemm"] = guarded(lambda: __import__("gemm_bench").sgemm_benchmark())
+        elif part == "tuning":
+            report["tuning"] = guarded(tuning_benchmark, args.out, resnet18_onnx(args.out))
+        elif part == "models":
+            report["models"] = run_models(args.out)
+        save()
+        print_part(part, report)
+    return 0
+
+
+def resnet18_onnx(out_dir: str) -> str:
+    import torch
+
+    from models import export, resnet18
+
+    path = os.path.join(out_dir, "resnet18.onnx")
+    if not os.path.exists(path):
+        export(resnet18(), torch.randn(2, 3, 224, 224), path, {0: "N"})
+    return path
+
+
+def run_models(out_dir: str) -> list:
     import torch
 
     from models import BertLayer, resnet18
 
-    torch.manual_seed(0)
-    results = []
     runs = [
         ("resnet18", resnet18(), lambda b: torch.randn(b, 3, 224, 224), {0: "N"}, 17, (True, False)),
         ("bert_layer", BertLayer().eval(), lambda b: torch.randn(b, 128, 768), {0: "N"}, 17, (True, False)),
         ("bert_layer_opset14", BertLayer().eval(), lambda b: torch.randn(b, 128, 768), {0: "N"}, 14, (True,)),
     ]
+    results = []
     for name, model, make_input, dims, opset, variants in runs:
-        try:
-            results.append(bench_model(name, model, make_input, dims, args.out, opset, variants=variants))
-        except Exception as exc:  # report and go on to the next model
-            import traceback
+        entry = guarded(bench_model, name, model, make_input, dims, out_dir, opset, (1, 32), variants)
+        results.append({"model": name, **entry})
+    return results
 
-            traceback.print_exc()
-            results.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
-    chain = guarded(pointwise_chain_bandwidth, args.out)
-    tuning = guarded(tuning_benchmark, args.out, os.path.join(args.out, "resnet18.onnx"))
-    gemm = guarded(lambda: __import__("gemm_bench").sgemm_benchmark())
-    with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"models": results, "pointwise_chain": chain, "tuning": tuning, "sgemm": gemm}, f, indent=2,
-                  default=str)
-    for r in results:
-        for variant in ("fused", "unfused"):
-            if variant in r:
-                print(f"{r['model']} {variant}: {r[variant]['layers']} layers: {', '.join(r[variant]['layer_ops'])}")
-    print(f"\n{'model':18s} {'variant':8s} {'batch':>5s} {'eager ms':>9s} {'plugrt ms':>9s} {'exec ms':>8s} "
-          f"{'launches':>8s} {'layers':>6s} {'rel err':>9s} {'build s':>7s}")
-    for r in results:
-        if "error" in r:
-            print(f"{r['model']:18s} ERROR {r['error'][:200]}")
-            continue
-        for variant in ("fused", "unfused"):
-            if variant not in r:
+
+def print_part(part: str, report: dict) -> None:
+    if part == "models":
+        results = report["models"]
+        for r in results:
+            for variant in ("fused", "unfused"):
+                if variant in r:
+                    print(f"{r['model']} {variant}: {r[variant]['layers']} layers: {', '.join(r[variant]['layer_ops'])}")
+        print(f"\n{'model':18s} {'variant':8s} {'batch':>5s} {'eager ms':>9s} {'plugrt ms':>9s} {'exec ms':>8s} "
+              f"{'launches':>8s} {'layers':>6s} {'rel err':>9s} {'build s':>7s}")
+        for r in results:
+            if "error" in r:
+                print(f"{r['model']:18s} ERROR {r['error'][:200]}")
                 continue
-            v = r[variant]
-            for batch in (1, 32):
-                b = v[f"batch{batch}"]
-                print(f"{r['model']:18s} {variant:8s} {batch:5d} {b['pytorch_eager_ms']:9.3f} "
-                      f"{b['plugrt_enqueue_ms']:9.3f} {b['plugrt_execute_ms']:8.3f} {b['launches']:8d} "
-                      f"{v['layers']:6d} {v['max_rel_err_vs_onnxruntime']:9.1e} {v['build_s']:7.1f}")
-    if "error" in chain:
-        print(f"pointwise chain ERROR {chain['error'][:200]}")
-    else:
-        print(f"pointwise chain (6 ops, {chain['elements'] * 4 / 2**30:.2f} GiB, {chain['layers']} layer): "
-              f"{chain['chain_ms']:.3f} ms = {chain['chain_tb_s']:.2f} TB/s; D2D copy (Numba {chain['copy_ms']:.3f} ms, "
-              f"PyTorch {chain['torch_copy_ms']:.3f} ms) best {chain['copy_tb_s']:.2f} TB/s; "
-              f"{100 * chain['fraction_of_copy']:.1f}% of copy bandwidth; "
-              f"max abs err {chain['max_abs_err']:.1e}")
-    if "error" in tuning:
-        print(f"tuning ERROR {tuning['error'][:300]}")
-    else:
-        print(f"ResNet-18 batch {tuning['batch']}: heuristic tactics {tuning['heuristic_ms']:.2f} ms, tuned "
-              f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
-              f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
-              f"{tuning['warm_plan_identical']}")
-    if "error" in gemm:
-        print(f"sgemm ERROR {gemm['error'][:300]}")
-    return 0
+            for variant in ("fused", "unfused"):
+                if variant not in r:
+                    continue
+                v = r[variant]
+                for batch in (1, 32):
+                    b = v[f"batch{batch}"]
+                    print(f"{r['model']:18s} {variant:8s} {batch:5d} {b['pytorch_eager_ms']:9.3f} "
+                          f"{b['plugrt_enqueue_ms']:9.3f} {b['plugrt_execute_ms']:8.3f} {b['launches']:8d} "
+                          f"{v['layers']:6d} {v['max_rel_err_vs_onnxruntime']:9.1e} {v['build_s']:7.1f}")
+    elif part == "chain":
+        chain = report["pointwise_chain"]
+        if "error" in chain:
+            print(f"pointwise chain ERROR {chain['error'][:200]}")
+        else:
+            print(f"pointwise chain (6 ops, {chain['elements'] * 4 / 2**30:.2f} GiB, {chain['layers']} layer): "
+                  f"{chain['chain_ms']:.3f} ms = {chain['chain_tb_s']:.2f} TB/s; D2D copy (Numba {chain['copy_ms']:.3f} ms, "
+                  f"PyTorch {chain['torch_copy_ms']:.3f} ms) best {chain['copy_tb_s']:.2f} TB/s; "
+                  f"{100 * chain['fraction_of_copy']:.1f}% of copy bandwidth; max abs err {chain['max_abs_err']:.1e}")
+    elif part == "tuning":
+        tuning = report["tuning"]
+        if "error" in tuning:
+            print(f"tuning ERROR {tuning['error'][:300]}")
+        else:
+            print(f"ResNet-18 batch {tuning['batch']}: heuristic tactics {tuning['heuristic_ms']:.2f} ms, tuned "
+                  f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
+                  f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
+                  f"{tuning['warm_plan_identical']}")
+    elif part == "gemm" and "error" in report["sgemm"]:
+        print(f"sgemm ERROR {report['sgemm']['error'][:300]}")
+    sys.stdout.flush()
 
 
 def guarded(fn, *args) -> dict:
