@@ -225,21 +225,15 @@ def _load_npz(path: str) -> dict:
 
 
 def _save_npz(path: str, arrays: dict) -> None:
-    import os
-    import tempfile
+    import io
 
     import numpy as np
 
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".plugrt-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from plugrt.engine.plan_file import write_atomically
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_atomically(path, buffer.getvalue())
 
 
 def _compare_onnxruntime(model: str, feeds: dict, outputs: dict, rtol: float) -> int:

@@ -87,7 +87,12 @@ def decode_plan(data: bytes, label: str = "<bytes>") -> tuple[dict, dict[str, np
 
 def write_plan(path: str, header: Mapping, arrays: Mapping[str, np.ndarray]) -> None:
     """Write a plan file atomically: readers see the old file or the whole new one."""
-    data = encode_plan(header, arrays)
+    write_atomically(path, encode_plan(header, arrays))
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
+    so nothing half-written is ever left at ``path`` (plan files, timing caches, outputs)."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".plugrt-", suffix=".tmp", dir=folder)
     try:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 
 import numpy as np
 
@@ -161,21 +160,12 @@ class TimingCache:
     def save(self, path: str) -> None:
         """Write the cache to ``path`` atomically."""
         text = json.dumps(self.as_json(), sort_keys=True, indent=1) + "\n"
-        folder = os.path.dirname(os.path.abspath(path))
+        from plugrt.engine.plan_file import write_atomically
+
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".plugrt-timing-", suffix=".json", dir=folder)
+            write_atomically(path, text.encode("utf-8"))
         except OSError as exc:
             raise TimingCacheError(f"cannot write timing cache {path!r}: {exc}") from None
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
 
     @classmethod
     def load(cls, path: str) -> "TimingCache":
