@@ -97,15 +97,17 @@ def tile_loader(rows: int, bk: int, ld: int, threads: int, k_contiguous: bool, e
     loads = rows * bk // threads
 
     @jit(device=True)
+    def slot(e):
+        """(k, row) of the tile element thread load ``e`` moves: consecutive along the
+        contiguous axis, so global loads coalesce."""
+        if k_contiguous:
+            return e % bk, e // bk
+        return e // rows, e % rows
+
+    @jit(device=True)
     def fetch(src, base, srow, sk, row0, k0, nrows, kend, tid, regs):
         for r in range(loads):
-            e = tid + r * threads
-            if k_contiguous:
-                kk = e % bk
-                rr = e // bk
-            else:
-                rr = e % rows
-                kk = e // rows
+            kk, rr = slot(tid + r * threads)
             gr = row0 + rr
             gk = k0 + kk
             value = float32(0)
@@ -116,13 +118,7 @@ def tile_loader(rows: int, bk: int, ld: int, threads: int, k_contiguous: bool, e
     @jit(device=True)
     def stash(regs, smem, offset, tid):
         for r in range(loads):
-            e = tid + r * threads
-            if k_contiguous:
-                kk = e % bk
-                rr = e // bk
-            else:
-                rr = e % rows
-                kk = e // rows
+            kk, rr = slot(tid + r * threads)
             smem[offset + kk * ld + rr] = regs[r]
 
     return fetch, stash
