@@ -10,7 +10,7 @@ The toolkit holds index arithmetic only; the math is always the plugin's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numba import cuda
@@ -140,7 +140,6 @@ class Epilogue:
     table: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     #: A short description for tactic names and logs (``"Add+Relu"``).
     label: str = ""
-    key: Hashable = None
 
     def arguments(self, ins: Sequence[Any]) -> tuple:
         """The kernel argument: ``(table, operand0, operand1, ...)``, operands flattened."""
