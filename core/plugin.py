@@ -254,6 +254,15 @@ class OpPlugin:
         """
         return None
 
+    def examples(self) -> "list[Example]":
+        """Return the cases this plugin claims to support, as :class:`Example` objects.
+
+        The conformance kit (:mod:`plugrt.testing`) builds a one-node model for each, draws
+        fresh random inputs, and checks ``infer``, every tactic against :meth:`reference`,
+        serialization and memory safety. The default claims nothing.
+        """
+        return []
+
     def serialize(self, node: "Node") -> Mapping[str, Any]:
         """Return extra JSON-safe data a plan needs beyond the node's attributes."""
         return {}
@@ -275,6 +284,27 @@ class OpPlugin:
             if info is not None and info.dtype not in allowed:
                 names = ", ".join(sorted(str(d) for d in allowed))
                 raise self.unsupported(node, f"input {i} of dtype {info.dtype}", f"supported: {names}")
+
+
+@dataclass(frozen=True, eq=False)
+class Example:
+    """One node configuration a plugin claims to support (returned by :meth:`OpPlugin.examples`).
+
+    ``inputs`` has one entry per node input: a :class:`TensorInfo` with a static shape (a
+    runtime input; the kit draws fresh random values of that dtype and shape), a NumPy
+    array (a constant initializer, as weights and shape tensors are in real models), or
+    ``None`` for an omitted optional input. ``attrs`` are the node's attributes; ``opset``
+    the opset of the op's domain (``None``: the plugin's ``since_opset``, at least 17 for
+    the default domain). ``rtol``/``atol`` bound the difference between a tactic and the
+    reference.
+    """
+
+    inputs: tuple
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    opset: int | None = None
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    name: str = ""
 
 
 @dataclass(frozen=True, eq=False)
