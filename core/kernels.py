@@ -9,6 +9,7 @@ The toolkit holds index arithmetic only; the math is always the plugin's.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -74,6 +75,79 @@ def rows_grid(rows: int, block: int = BLOCK) -> tuple[int, int]:
     if simulated():
         return 1, min(SIM_THREADS, block)
     return min(rows, 65535), block
+
+
+@functools.lru_cache(maxsize=None)
+def vector4():
+    """``(load4, store4)``: 16-byte vector access to a 1-D float32 array.
+
+    ``load4(a, v)`` returns ``a[4v], a[4v + 1], a[4v + 2], a[4v + 3]`` in one
+    ``ld.v4.f32``; ``store4(a, v, w, x, y, z)`` stores four values in one ``st.v4.f32``.
+    The array's data must be 16-byte aligned (check with :func:`aligned`). Memory-bound
+    kernels need them to keep enough bytes in flight per thread; under the simulator they
+    are plain indexing.
+    """
+    if simulated():
+        @jit(device=True)
+        def load4(a, v):
+            return a[4 * v], a[4 * v + 1], a[4 * v + 2], a[4 * v + 3]
+
+        @jit(device=True)
+        def store4(a, v, w, x, y, z):
+            a[4 * v], a[4 * v + 1], a[4 * v + 2], a[4 * v + 3] = w, x, y, z
+
+        return load4, store4
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(f32, 4)
+
+    def _pointer(context, builder, sig, args):
+        array = context.make_array(sig.args[0])(context, builder, args[0])
+        index = context.cast(builder, args[1], sig.args[1], types.int64)
+        address = builder.gep(array.data, [builder.mul(index, ir.Constant(i64, 4))])
+        return builder.bitcast(address, ir.PointerType(vec))
+
+    def _float32_vector(array):
+        return isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.float32
+
+    @intrinsic
+    def load4(typingctx, array, index):
+        if not (_float32_vector(array) and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            value = builder.load(_pointer(context, builder, sig, args), align=16)
+            items = [builder.extract_element(value, ir.Constant(i32, k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, items)
+
+        return types.UniTuple(types.float32, 4)(array, index), codegen
+
+    @intrinsic
+    def store4(typingctx, array, index, w, x, y, z):
+        if not (_float32_vector(array) and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            value = ir.Constant(vec, ir.Undefined)
+            for k, item in enumerate(args[2:]):
+                value = builder.insert_element(value, context.cast(builder, item, sig.args[2 + k], types.float32),
+                                               ir.Constant(i32, k))
+            builder.store(value, _pointer(context, builder, sig, args), align=16)
+            return context.get_dummy_value()
+
+        return types.void(array, index, w, x, y, z), codegen
+
+    return load4, store4
+
+
+def aligned(array, alignment: int = 16) -> bool:
+    """Whether a device array's data starts on an ``alignment``-byte boundary."""
+    interface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__  # simulator
+    return interface["data"][0] % alignment == 0
 
 
 def flat(array):

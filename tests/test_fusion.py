@@ -247,6 +247,41 @@ def test_chain_kernel_unrolled_and_tail_trips(size, unroll, registry, rng):
     np.testing.assert_allclose(outs[1].copy_to_host(), x * s, rtol=1e-6)
 
 
+@pytest.mark.parametrize("size", [4, 13, 40])
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_vector_chain_kernel_whole_vectors_and_tail(size, unroll, registry, rng):
+    """The float32 vector tactic (16-byte loads and stores): whole vectors, the partial
+    last trip and the n % 4 scalar tail each store every element once; a misaligned
+    output makes it launch the scalar kernel instead."""
+    from numba import cuda
+
+    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.fusion.codegen import Program, Step, chain_tactics
+    from plugrt.ir.graph import Node
+    from plugrt.plugin import TensorInfo
+
+    f32 = np.float32
+    x, b = rng.standard_normal(size).astype(f32), rng.standard_normal(size).astype(f32)
+    s = np.array(-0.5, f32)
+    fn = {op: registry.find_op("", op, 17).pointwise(Node(op, op, "", (), ("y",)), [TensorInfo.of(x)] * 2)
+          for op in ("Mul", "Add")}
+    steps = (Step(fn["Mul"], (("leaf", 0), ("leaf", 1))), Step(fn["Add"], (("step", 0), ("leaf", 2))))
+    program = Program((TensorInfo.of(x), TensorInfo.of(s), TensorInfo.of(b)), steps, (1, 0))
+    tactics = {t.name: t for t in chain_tactics(program, [TensorInfo.of(x)] * 2)}
+    tactic = tactics[f"pointwise_vec4x{unroll}"]
+    assert tactic.params == {"unroll": unroll, "vector": 4}
+    for offset in (0, 1):  # 1: the outputs start 4 bytes past an aligned address
+        outs = [cuda.device_array(size + 1, f32)[offset:offset + size] for _ in range(2)]
+        launches = tactic.launches([cuda.to_device(a) for a in (x, s, b)], outs, None)
+        assert (launches[0].kernel is tactics["pointwise"].launches(
+            [cuda.to_device(a) for a in (x, s, b)], outs, None)[0].kernel) == bool(offset)
+        for launch in launches:
+            PreparedLaunch(launch)(0)
+        cuda.synchronize()
+        np.testing.assert_allclose(outs[0].copy_to_host(), x * s + b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(outs[1].copy_to_host(), x * s, rtol=1e-6)
+
+
 def test_generated_kernels_compile_for_the_gpu():
     """The simulator does not type kernels: compile generated chain kernels (unrolled, strided
     and float16 leaves) and an epilogue for sm_90, free of float64 arithmetic."""
@@ -277,5 +312,15 @@ def test_generated_kernels_compile_for_the_gpu():
 
             check(f"epilogue {out_shape}", anchor, [arr(f32), types.Tuple((arr(np.int64),) + tuple(arr(dt) for dt in dts[1:]))],
                   True)
+
+        leaves = tuple(TensorInfo(f32, shape) for shape in [(64,), (1,), (64,)])
+        program = codegen.Program(leaves, (codegen.Step(fma, (("leaf", 0), ("leaf", 1), ("leaf", 2))),), (0,))
+        for unroll in codegen.VECTOR_UNROLLS:
+            kernel, _ = codegen.vector_kernel(program, (64,), unroll)
+            check(f"vector chain unroll={unroll}", kernel, [I64, arr(np.int64), arr(f32)] + [arr(f32)] * 3, True)
+            ir = compile_cuda(kernel.py_func, types.void, (I64, arr(np.int64), arr(f32), arr(f32), arr(f32), arr(f32)),
+                              cc=(9, 0)).library.get_llvm_str()
+            if "load <4 x float>" not in ir or "store <4 x float>" not in ir:
+                RESULTS.append(f"vector chain unroll={unroll}: no 16-byte vector load and store in the IR")
     """)
     assert not failures, failures

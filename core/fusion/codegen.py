@@ -4,8 +4,9 @@ A fused group is an :class:`Program`: leaves (the tensors it reads), steps (one 
 device function each, reading leaves or earlier steps) and results (the steps it
 stores). Two generators share it:
 
-- :func:`chain_tactic`: a grid-stride kernel computing every result for each element of
-  the output shape (pointwise-chain fusion; a single pointwise op is a one-step chain);
+- :func:`chain_tactics`: grid-stride kernels computing every result for each element of
+  the output shape (pointwise-chain fusion; a single pointwise op is a one-step chain),
+  scalar and, for float32, with 16-byte vector loads and stores;
 - :func:`epilogue`: a device function that an anchor tactic (Conv, Gemm, MatMul) calls on
   each value before its store (epilogue fusion).
 
@@ -22,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numba import cuda
 
-from plugrt.kernels import Epilogue, broadcast_strides, elementwise_grid, flat, jit, to_device
+from plugrt.kernels import Epilogue, aligned, broadcast_strides, elementwise_grid, flat, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 SAME, SCALAR, STRIDED = "same", "scalar", "strided"
@@ -142,23 +143,102 @@ def chain_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
     return _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "kernel", device=False), kinds
 
 
-def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None) -> Tactic:
-    """A tactic computing ``program``'s results elementwise over the outputs' shape."""
+def vector_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
+    """The generated kernel ``kernel(n, table, *outputs, *leaves)`` reading and writing
+    float32 four elements at a time (16-byte ``ld.v4``/``st.v4``), ``unroll`` vectors per
+    thread and loop trip; elements past the last whole vector go through a scalar tail.
+    Only for programs without strided leaves (see :func:`vectorizable`)."""
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    ndim = len(out_shape)
+    leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
+    stores = ", ".join(f"o{r}" for r in range(len(program.results)))
+    lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
+    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    lines += ["    start = int64(cuda.grid(1))", "    stride = int64(cuda.gridsize(1))", "    vectors = n // 4",
+              f"    for v in range(start, vectors, stride * {unroll}):"]
+    lanes = [(w, lane) for w in range(unroll) for lane in range(4)]
+    lines += [f"        v{w} = v + {w} * stride" for w in range(unroll)]
+    lines += [f"        if v{unroll - 1} < vectors:"]
+    lines += [f"            {', '.join(f'a{k}_{w}_{lane}' for lane in range(4))} = load4(x{k}, v{w})"
+              for w in range(unroll) for k, kind in enumerate(kinds) if kind == SAME]
+    lines += ["            " + line for w, lane in lanes for line in _body(program, kinds, ndim, None, f"_{w}_{lane}")[1]]
+    lines += [f"            store4(o{r}, v{w}, {', '.join(f't{step}_{w}_{lane}' for lane in range(4))})"
+              for w in range(unroll) for r, step in enumerate(program.results)]
+    lines += ["            continue"]
+    lines += [f"        for i_ in range(4 * v, min(4 * (v + {unroll} * stride), 4 * vectors), 4 * stride):"]
+    lines += [f"            {', '.join(f'a{k}_{lane}' for lane in range(4))} = load4(x{k}, i_ // 4)"
+              for k, kind in enumerate(kinds) if kind == SAME]
+    lines += ["            " + line for lane in range(4) for line in _body(program, kinds, ndim, None, f"_{lane}")[1]]
+    lines += [f"            store4(o{r}, i_ // 4, {', '.join(f't{step}_{lane}' for lane in range(4))})"
+              for r, step in enumerate(program.results)]
+    lines += ["    for i_ in range(4 * vectors + start, n, stride):"]  # the tail, n % 4 elements
+    loads, calls = _body(program, kinds, ndim, None, "_")
+    lines += ["        " + line for line in loads + calls]
+    lines += [f"        o{r}[i_] = t{step}_" for r, step in enumerate(program.results)]
+    from plugrt.kernels import vector4
+
+    load4, store4 = vector4()
+    fns = tuple(s.fn for s in program.steps) + (load4, store4)
+    source = "\n".join(lines) + "\n"
+    return _compile(source.replace("load4(", f"f{len(fns) - 2}(").replace("store4(", f"f{len(fns) - 1}("), fns,
+                    "kernel", device=False), kinds
+
+
+def vectorizable(program: Program, outputs: Sequence[Any]) -> bool:
+    """Whether :func:`vector_kernel` applies: float32 outputs and full-size leaves, no
+    strided leaf."""
     out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    return (STRIDED not in kinds and all(np.dtype(o.dtype) == np.float32 for o in outputs)
+            and all(np.dtype(info.dtype) == np.float32 for info, kind in zip(program.leaves, kinds) if kind == SAME))
+
+
+#: Vectors per thread and trip of the float32 vector tactics the chain generator offers.
+VECTOR_UNROLLS = (1, 2)
+
+
+def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwise") -> list[Tactic]:
+    """Every tactic for ``program``: the scalar grid-stride kernel first, then (where
+    :func:`vectorizable`) the 16-byte vector variants the tuner may prefer."""
+    found = [chain_tactic(program, outputs, name)]
+    if vectorizable(program, outputs) and int(np.prod([int(d) for d in outputs[0].shape], dtype=np.int64)) >= 4:
+        found += [chain_tactic(program, outputs, f"{name}_vec4x{unroll}", unroll, vector=True)
+                  for unroll in VECTOR_UNROLLS]
+    return found
+
+
+def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None,
+                 vector: bool = False) -> Tactic:
+    """A tactic computing ``program``'s results elementwise over the outputs' shape.
+
+    With ``vector`` (only where :func:`vectorizable`), elements go four at a time through
+    16-byte loads and stores, ``unroll`` vectors per trip; on arrays that are not 16-byte
+    aligned it launches the scalar kernel instead.
+    """
+    out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
     if unroll is None:
-        kinds = [leaf_kind(info, out_shape) for info in program.leaves]
         unroll = 1 if STRIDED in kinds else UNROLL
-    kernel, kinds = chain_kernel(program, out_shape, unroll)
+    if vector:
+        kernel, kinds = vector_kernel(program, out_shape, unroll)
+        scalar, _ = chain_kernel(program, out_shape, UNROLL)
+    else:
+        kernel, kinds = chain_kernel(program, out_shape, unroll)
     table = _table(program, kinds, out_shape)
 
     def launches(ins, outs, workspace):
         n = int(np.prod(out_shape, dtype=np.int64))
-        args = [np.int64(n), to_device(table)] + [flat(o) for o in outs]
-        args += [flat(x) for x, kind in zip(ins, kinds) if kind is not None]
-        blocks, threads = elementwise_grid(n, unroll)
-        return [Launch(kernel, blocks, threads, tuple(args))]
+        stored = [flat(o) for o in outs]
+        read = [(flat(x), kind) for x, kind in zip(ins, kinds) if kind is not None]
+        args = (np.int64(n), to_device(table), *stored, *(x for x, _ in read))
+        if vector and all(map(aligned, stored + [x for x, kind in read if kind == SAME])):
+            blocks, threads = elementwise_grid(-(-n // 4), unroll)
+            return [Launch(kernel, blocks, threads, args)]
+        blocks, threads = elementwise_grid(n, UNROLL if vector else unroll)
+        return [Launch(scalar if vector else kernel, blocks, threads, args)]
 
-    return Tactic(name, launches, {"unroll": unroll})
+    params = {"unroll": unroll, "vector": 4} if vector else {"unroll": unroll}
+    return Tactic(name, launches, params)
 
 
 def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str = "") -> Epilogue:

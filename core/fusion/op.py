@@ -5,7 +5,7 @@ dicts, so plan files store them). Its inputs are the values the body reads from 
 its outputs the body values read outside. Two kinds, by the body's first node:
 
 - a pointwise chain: every inner node is pointwise; one generated kernel computes them
-  all (:func:`plugrt.fusion.codegen.chain_tactic`);
+  all (:func:`plugrt.fusion.codegen.chain_tactics`);
 - an anchor with an epilogue: the first node is an anchor (Conv, Gemm, MatMul: any op in
   the ANCHOR group), the rest pointwise; the anchor plugin's own tactics run, given the
   epilogue composed from the rest (:func:`plugrt.fusion.codegen.epilogue`). The node's
@@ -106,7 +106,7 @@ class FusedOp(OpPlugin):
             return list(first.tactics(anchor, list(inputs[:count]), [out], epilogue=fused))
         _same_shapes(node, outputs)
         program = self._program(body, node.inputs, inputs, infos, None, node.outputs)
-        return [codegen.chain_tactic(program, outputs, "fused_pointwise")]
+        return codegen.chain_tactics(program, outputs, "fused_pointwise")
 
     def _program(self, steps: list[Node], leaf_names, leaf_infos, infos: dict, value: str | None, results) -> Program:
         """The body's pointwise nodes as a :class:`Program` over the given leaves."""
