@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, int64
 
-from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device
+from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device, vector4
 from plugrt.tactic import Launch, Tactic
 from plugrt_builtin_ops.matmul_kernels import (
     K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, store_value_fn,
@@ -204,6 +204,11 @@ def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, 
     UBK, ULDA, ULDB, UA_STRIDE, UB_STRIDE = U(BK), U(LDA), U(LDB), U(TY * VM), U(TX * VN)
     UA_SIZE, UB_SIZE, UB_AT = U(A_SIZE), U(B_SIZE), U(B_AT)
     UTM, UTN, UVM, UVN = U(TM), U(TN), U(VM), U(VN)
+    # Whole strips of 4 at 16-byte aligned offsets (LDA, LDB, buffer sizes and strip
+    # strides are multiples of 4 words) are read with vector loads.
+    VECTOR = VM == 4 and VN == 4
+    U1, U2, U3 = U(1), U(2), U(3)
+    load4, _ = vector4()
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
         smem = cuda.shared.array(0, float32)  # A buffers, B buffers; later the output tile
@@ -248,10 +253,18 @@ def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, 
             for kk in range(UBK):
                 a_row = a_base + kk * ULDA
                 b_row = b_base + kk * ULDB
-                for i in range(UTM):
-                    ra[i] = smem[a_row + (i // UVM) * UA_STRIDE + i % UVM]
-                for j in range(UTN):
-                    rb[j] = smem[b_row + (j // UVN) * UB_STRIDE + j % UVN]
+                if VECTOR:  # strips of 4 words, 16-byte aligned: one ld.shared.v4 each
+                    for s in range(UTM // UVM):
+                        ra[UVM * s], ra[UVM * s + U1], ra[UVM * s + U2], ra[UVM * s + U3] = load4(
+                            smem, a_row + s * UA_STRIDE)
+                    for s in range(UTN // UVN):
+                        rb[UVN * s], rb[UVN * s + U1], rb[UVN * s + U2], rb[UVN * s + U3] = load4(
+                            smem, b_row + s * UB_STRIDE)
+                else:
+                    for i in range(UTM):
+                        ra[i] = smem[a_row + (i // UVM) * UA_STRIDE + i % UVM]
+                    for j in range(UTN):
+                        rb[j] = smem[b_row + (j // UVN) * UB_STRIDE + j % UVN]
                 for i in range(UTM):
                     for j in range(UTN):
                         acc[i * UTN + j] += ra[i] * rb[j]

@@ -11,9 +11,9 @@ tile goes through shared memory to the fused epilogue (:func:`~plugrt_builtin_op
 The kernel body is the same everywhere; only the warp-level step
 ``warp_mma(smem, a_off, b_off, lane, acc)`` (one k8 slice of the warp's tile) differs:
 
-- on a GPU, :func:`mma_tensor_core`: fragments loaded from shared memory, rounded with
-  ``cvt.rna.tf32.f32`` and multiplied by ``mma.sync`` (both inline PTX through
-  ``@intrinsic``, ``research/NUMBA_CUDA.md`` section 4);
+- on a GPU, :func:`mma_tensor_core`: fragments loaded from shared memory (the operands
+  were rounded with ``cvt.rna.tf32.f32`` once, when staged) and multiplied by ``mma.sync``
+  (both inline PTX through ``@intrinsic``, ``research/NUMBA_CUDA.md`` section 4);
 - in the simulator (which runs no inline PTX or warp-collective code), :func:`mma_emulated`:
   each thread computes the same accumulator elements (same fragment layout) with scalar
   FMAs on the same shared tiles, operands rounded to TF32 the same way (nearest, ties away).
@@ -131,8 +131,9 @@ def _intrinsics():
 
 @functools.lru_cache(maxsize=None)
 def mma_tensor_core(mi: int, ni: int, lda: int, ldb: int):
-    """The GPU warp step: load fragments, round to TF32, ``mma.sync`` per tile."""
-    to_tf32, mma = _intrinsics()
+    """The GPU warp step: load fragments (already TF32: rounded when staged), ``mma.sync``
+    per tile."""
+    _, mma = _intrinsics()
     fa_len, fb_len = 4 * mi, 2 * ni
 
     @jit(device=True)
@@ -143,14 +144,14 @@ def mma_tensor_core(mi: int, ni: int, lda: int, ldb: int):
         t = lane & 3
         for i in range(mi):
             p = a_off + t * lda + i * 16 + g
-            fa[4 * i] = to_tf32(smem[p])
-            fa[4 * i + 1] = to_tf32(smem[p + 8])
-            fa[4 * i + 2] = to_tf32(smem[p + 4 * lda])
-            fa[4 * i + 3] = to_tf32(smem[p + 4 * lda + 8])
+            fa[4 * i] = smem[p]
+            fa[4 * i + 1] = smem[p + 8]
+            fa[4 * i + 2] = smem[p + 4 * lda]
+            fa[4 * i + 3] = smem[p + 4 * lda + 8]
         for j in range(ni):
             q = b_off + t * ldb + j * 8 + g
-            fb[2 * j] = to_tf32(smem[q])
-            fb[2 * j + 1] = to_tf32(smem[q + 4 * ldb])
+            fb[2 * j] = smem[q]
+            fb[2 * j + 1] = smem[q + 4 * ldb]
         for i in range(mi):
             for j in range(ni):
                 base = (i * ni + j) * 4
@@ -201,6 +202,21 @@ def mma_emulated(mi: int, ni: int, lda: int, ldb: int):
     return warp_mma
 
 
+@functools.lru_cache(maxsize=None)
+def tf32_rounder(emulated: bool, count: int):
+    """``round_all(regs)``: round ``count`` staged operands to TF32 in place, once per
+    block before they go to shared memory (``cvt.rna`` on a GPU), rather than once per
+    fragment read."""
+    to_tf32 = round_tf32 if emulated else _intrinsics()[0]
+
+    @jit(device=True)
+    def round_all(regs):
+        for r in range(count):
+            regs[r] = to_tf32(regs[r])
+
+    return round_all
+
+
 def warp_mma_for(mi: int, ni: int, lda: int, ldb: int, emulated: bool | None = None):
     """The warp step for this backend: tensor cores on a GPU, scalar FMAs in the simulator."""
     emulated = simulated() if emulated is None else emulated
@@ -226,6 +242,8 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
     fetch_a, stash_a = tile_loader(BM, BK, LDA, NT, bool(a_k_contiguous), bool(even))
     fetch_b, stash_b = tile_loader(BN, BK, LDB, NT, bool(b_k_contiguous), bool(even))
     warp_mma = warp_mma_for(MI, NI, LDA, LDB, emulated)
+    round_a = tf32_rounder(simulated() if emulated is None else bool(emulated), A_LOADS)
+    round_b = tf32_rounder(simulated() if emulated is None else bool(emulated), B_LOADS)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
@@ -253,6 +271,8 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
 
         fetch_a(a, ao, sam, sak, m0, k_begin, m, k_end, tid, ga)
         fetch_b(b, bo, sbn, sbk, n0, k_begin, n, k_end, tid, gb)
+        round_a(ga)
+        round_b(gb)
         stash_a(ga, smem, 0, tid)
         stash_b(gb, smem, B_AT, tid)
         cuda.syncthreads()
@@ -270,6 +290,8 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
                 warp_mma(smem, a_off + ks * 8 * LDA, b_off + ks * 8 * LDB, lane, acc)
             if more:
                 other = 1 - cur
+                round_a(ga)
+                round_b(gb)
                 stash_a(ga, smem, other * A_SIZE, tid)
                 stash_b(gb, smem, B_AT + other * B_SIZE, tid)
             cuda.syncthreads()

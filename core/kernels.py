@@ -79,22 +79,23 @@ def rows_grid(rows: int, block: int = BLOCK) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=None)
 def vector4():
-    """``(load4, store4)``: 16-byte vector access to a 1-D float32 array.
+    """``(load4, store4)``: 16-byte vector access to a 1-D float32 array (global or shared).
 
-    ``load4(a, v)`` returns ``a[4v], a[4v + 1], a[4v + 2], a[4v + 3]`` in one
-    ``ld.v4.f32``; ``store4(a, v, w, x, y, z)`` stores four values in one ``st.v4.f32``.
-    The array's data must be 16-byte aligned (check with :func:`aligned`). Memory-bound
-    kernels need them to keep enough bytes in flight per thread; under the simulator they
-    are plain indexing.
+    ``load4(a, i)`` returns ``a[i], a[i + 1], a[i + 2], a[i + 3]`` in one ``ld.v4.f32``;
+    ``store4(a, i, w, x, y, z)`` stores four values in one ``st.v4.f32``. ``i`` must be a
+    multiple of 4 and the array's data 16-byte aligned (check with :func:`aligned`).
+    Memory-bound kernels need them to keep enough bytes in flight per thread, and
+    shared-memory-bound ones to issue fewer loads; under the simulator they are plain
+    indexing.
     """
     if simulated():
         @jit(device=True)
-        def load4(a, v):
-            return a[4 * v], a[4 * v + 1], a[4 * v + 2], a[4 * v + 3]
+        def load4(a, i):
+            return a[i], a[i + 1], a[i + 2], a[i + 3]
 
         @jit(device=True)
-        def store4(a, v, w, x, y, z):
-            a[4 * v], a[4 * v + 1], a[4 * v + 2], a[4 * v + 3] = w, x, y, z
+        def store4(a, i, w, x, y, z):
+            a[i], a[i + 1], a[i + 2], a[i + 3] = w, x, y, z
 
         return load4, store4
 
@@ -102,13 +103,13 @@ def vector4():
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    f32, i32 = ir.FloatType(), ir.IntType(32)
     vec = ir.VectorType(f32, 4)
 
     def _pointer(context, builder, sig, args):
         array = context.make_array(sig.args[0])(context, builder, args[0])
         index = context.cast(builder, args[1], sig.args[1], types.int64)
-        address = builder.gep(array.data, [builder.mul(index, ir.Constant(i64, 4))])
+        address = builder.gep(array.data, [index])
         return builder.bitcast(address, ir.PointerType(vec))
 
     def _float32_vector(array):

@@ -159,17 +159,17 @@ def vector_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
     lanes = [(w, lane) for w in range(unroll) for lane in range(4)]
     lines += [f"        v{w} = v + {w} * stride" for w in range(unroll)]
     lines += [f"        if v{unroll - 1} < vectors:"]
-    lines += [f"            {', '.join(f'a{k}_{w}_{lane}' for lane in range(4))} = load4(x{k}, v{w})"
+    lines += [f"            {', '.join(f'a{k}_{w}_{lane}' for lane in range(4))} = load4(x{k}, 4 * v{w})"
               for w in range(unroll) for k, kind in enumerate(kinds) if kind == SAME]
     lines += ["            " + line for w, lane in lanes for line in _body(program, kinds, ndim, None, f"_{w}_{lane}")[1]]
-    lines += [f"            store4(o{r}, v{w}, {', '.join(f't{step}_{w}_{lane}' for lane in range(4))})"
+    lines += [f"            store4(o{r}, 4 * v{w}, {', '.join(f't{step}_{w}_{lane}' for lane in range(4))})"
               for w in range(unroll) for r, step in enumerate(program.results)]
     lines += ["            continue"]
     lines += [f"        for i_ in range(4 * v, min(4 * (v + {unroll} * stride), 4 * vectors), 4 * stride):"]
-    lines += [f"            {', '.join(f'a{k}_{lane}' for lane in range(4))} = load4(x{k}, i_ // 4)"
+    lines += [f"            {', '.join(f'a{k}_{lane}' for lane in range(4))} = load4(x{k}, i_)"
               for k, kind in enumerate(kinds) if kind == SAME]
     lines += ["            " + line for lane in range(4) for line in _body(program, kinds, ndim, None, f"_{lane}")[1]]
-    lines += [f"            store4(o{r}, i_ // 4, {', '.join(f't{step}_{lane}' for lane in range(4))})"
+    lines += [f"            store4(o{r}, i_, {', '.join(f't{step}_{lane}' for lane in range(4))})"
               for r, step in enumerate(program.results)]
     lines += ["    for i_ in range(4 * vectors + start, n, stride):"]  # the tail, n % 4 elements
     loads, calls = _body(program, kinds, ndim, None, "_")
