@@ -79,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(handler=cmd_inspect)
 
+    new = commands.add_parser("new-plugin", help="create a new op plugin package from the template",
+                              description="Render the plugin template into a new package: pyproject.toml with the "
+                                          "plugrt.plugins entry point, the op (infer, NumPy reference, CUDA tactics), "
+                                          "tests using the conformance kit, a README.")
+    new.add_argument("name", metavar="NAME", help="the plugin's name: distribution plugrt-NAME, module plugrt_NAME")
+    new.add_argument("--op", required=True, metavar="OPTYPE", help="the ONNX op type it provides (e.g. SoftClip)")
+    new.add_argument("--domain", metavar="DOMAIN",
+                     help="the op's ONNX domain (default com.NAME; '' or ai.onnx for the default ONNX domain)")
+    new.add_argument("--kind", choices=("pointwise", "custom"), default="pointwise",
+                     help="pointwise: a scalar device function the core fuses, and a hand-written kernel (default); "
+                          "custom: explicit @cuda.jit kernels using a workspace")
+    new.add_argument("--dest", metavar="DIR", help="the folder to create (default ./plugrt-NAME); must be new or empty")
+    new.set_defaults(handler=cmd_new_plugin)
+
     cache = commands.add_parser("timing-cache", help="work with tactic timing caches")
     cache_commands = cache.add_subparsers(title="timing-cache commands")
     merge = cache_commands.add_parser("merge", help="merge timing caches into one (a failure or the smaller "
@@ -108,6 +122,21 @@ def cmd_plugins(args) -> int:
             print(f"    passes: {', '.join(record['passes'])}")
     for failure in failures:
         print(f"FAILED {failure['name']} ({failure['distribution']} {failure['version']}): {failure['error']}")
+    return 0
+
+
+def cmd_new_plugin(args) -> int:
+    from plugrt.registry import default_registry
+    from plugrt.scaffold import check_not_provided, default_dest, plugin_spec, render_plugin
+
+    spec = plugin_spec(args.name, args.op, args.domain, args.kind)
+    check_not_provided(spec, default_registry())
+    dest = args.dest if args.dest is not None else default_dest(spec)
+    files = render_plugin(spec, dest)
+    print(f"created {spec.distribution} ({spec.qualified_op}, {spec.kind}) in {dest}: {len(files)} files")
+    for path in files:
+        print(f"    {path.as_posix()}")
+    print(f"next: cd {dest} && python3 -m pip install -e \".[test]\" && python3 -m pytest -q")
     return 0
 
 
