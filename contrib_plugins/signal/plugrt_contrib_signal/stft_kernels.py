@@ -13,9 +13,10 @@ Both tactics run two kernels over one workspace laid out as float32
    stored as float32) indexed by ``(k * m) mod n_fft``, kept exactly in integers, so no
    angle error grows with ``k * m``.
 
-``direct`` gives each thread one (frame, bin) output and reads the frame from global
-memory; ``shared`` gives each block one frame, stages it in dynamic shared memory once,
-and lets its threads share it across bins (offered while the frame fits in 48 KiB).
+``direct`` gives each thread one (frame, bin) output and reads the frame and twiddles from
+global memory; ``shared`` gives each block one frame at a time and stages the twiddle table
+(once per block) and the frame (once per row) in dynamic shared memory, where its threads
+share them across bins (offered while both fit in 48 KiB).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from plugrt.tactic import Launch, Tactic
 
 ZERO = np.float32(0.0)  # a float32 constant (float32(0.0) in a kernel truncates a double)
 
-#: Largest frame the ``shared`` tactic stages (float32 words; 32 KiB of shared memory).
-SHARED_FRAME_LIMIT = 8192
+#: Shared memory the ``shared`` tactic may stage (float32 words: 48 KiB, the default
+#: per-block limit needing no opt-in): ``2 * n_fft + frame_length`` must fit.
+SHARED_WORDS_LIMIT = 12 * 1024
 
 
 @jit
@@ -78,24 +80,29 @@ def dft_direct_kernel(frames_ws, out, rows, length, bins, n_fft, cos_table, sin_
 
 @jit
 def dft_shared_kernel(frames_ws, out, rows, length, bins, n_fft, cos_table, sin_table):
-    """Like :func:`dft_direct_kernel`, one block per row: the block copies its frame into
-    dynamic shared memory (``length`` float32), then its threads stride the bins."""
-    frame = cuda.shared.array(0, dtype=float32)
+    """Like :func:`dft_direct_kernel`, one block per row, everything it rereads in dynamic
+    shared memory laid out as ``[cos (n_fft) | sin (n_fft) | frame (length)]`` float32: the
+    twiddles are staged once per block, the frame once per row; threads stride the bins."""
+    staged = cuda.shared.array(0, dtype=float32)
     tx = cuda.threadIdx.x
     step = cuda.blockDim.x
+    frame = 2 * n_fft
+    for j in range(tx, n_fft, step):
+        staged[j] = cos_table[j]
+        staged[n_fft + j] = sin_table[j]
     for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):  # the same trip count in the whole block
         base = r * length
         for m in range(tx, length, step):
-            frame[m] = frames_ws[base + m]
+            staged[frame + m] = frames_ws[base + m]
         cuda.syncthreads()
         for k in range(tx, bins, step):
             re = ZERO
             im = ZERO
             twiddle = 0
             for m in range(length):
-                v = frame[m]
-                re += v * cos_table[twiddle]
-                im += v * sin_table[twiddle]
+                v = staged[frame + m]
+                re += v * staged[twiddle]
+                im += v * staged[n_fft + twiddle]
                 twiddle += k
                 if twiddle >= n_fft:
                     twiddle -= n_fft
@@ -121,6 +128,7 @@ def stft_tactics(batch: int, n: int, frames: int, length: int, hop: int, pad: in
     window32 = np.ascontiguousarray(window, dtype=np.float32)
     cos_table, sin_table = twiddle_tables(n_fft)
     sizes = (np.int64(rows), np.int64(length), np.int64(bins), np.int64(n_fft))
+    shared_words = 2 * n_fft + length
 
     def frame_launch(x, frames_ws) -> Launch:
         grid, block = elementwise_grid(rows * length)
@@ -144,7 +152,7 @@ def stft_tactics(batch: int, n: int, frames: int, length: int, hop: int, pad: in
         grid, block = rows_grid(rows, threads)
         dft = Launch(dft_shared_kernel, grid, block,
                      (frames_ws, flat(outs[0])) + sizes + (to_device(cos_table), to_device(sin_table)),
-                     shared_bytes=4 * length)
+                     shared_bytes=4 * shared_words)
         return [frame_launch(ins[0], frames_ws), dft]
 
     def empty(ins, outs, workspace):
@@ -153,7 +161,7 @@ def stft_tactics(batch: int, n: int, frames: int, length: int, hop: int, pad: in
     if rows == 0:
         return [Tactic("empty", empty, {}, 0)]
     found = []
-    if length <= SHARED_FRAME_LIMIT:  # each frame read once from global memory, not once per bin
+    if shared_words <= SHARED_WORDS_LIMIT:  # frames and twiddles read from global memory once, not per bin
         found.append(Tactic("shared", shared, {"algorithm": "dft", "frame_read": "shared"}, workspace_bytes))
     found.append(Tactic("direct", direct, {"algorithm": "dft", "frame_read": "global"}, workspace_bytes))
     return found
