@@ -102,6 +102,10 @@ class CastLike(CastBase):
         return [pointwise_tactic(fn, [inputs[0], None], outputs[0])]
 
 
+#: The plugrt plugin API versions this module is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
 @hookimpl
 def plugrt_ops():
     return [Cast(), CastLike()]

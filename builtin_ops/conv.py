@@ -386,6 +386,10 @@ class ConvTranspose(_ConvBase):
 OPS = [Conv, ConvTranspose]
 
 
+#: The plugrt plugin API versions this module is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
 @hookimpl
 def plugrt_ops():
     return [Op() for Op in OPS]

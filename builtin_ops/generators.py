@@ -268,6 +268,10 @@ class OneHot(OpPlugin):
 OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot)
 
 
+#: The plugrt plugin API versions this module is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
 @hookimpl
 def plugrt_ops():
     return [Op() for Op in OPS]

@@ -241,6 +241,10 @@ class MatMulInteger(OpPlugin):
 OPS = (MatMul, Gemm, MatMulInteger)
 
 
+#: The plugrt plugin API versions this module is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]

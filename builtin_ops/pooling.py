@@ -306,6 +306,10 @@ class GlobalLpPool(GlobalPool):
 OPS = (MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool)
 
 
+#: The plugrt plugin API versions this module is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
 @hookimpl
 def plugrt_ops():
     return [Op() for Op in OPS]

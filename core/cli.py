@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from plugrt import __version__
+from plugrt import API_VERSION, __version__
 from plugrt.errors import PlugrtError
 
 EXIT_USER_ERROR = 2
@@ -110,12 +110,16 @@ def cmd_plugins(args) -> int:
     records = [r.as_json() for r in registry.plugins.values()]
     failures = [vars(f) for f in registry.failures]
     if args.json:
-        print(json.dumps({"plugins": records, "failures": failures}, indent=2))
+        print(json.dumps({"plugrt_version": __version__, "api_version": API_VERSION, "plugins": records,
+                          "failures": failures}, indent=2))
         return 0
+    print(f"plugrt {__version__}, plugin API {API_VERSION}")
     for record in records:
         ops = ", ".join(_op_label(op) for op in record["ops"])
         print(f"{record['name']}  ({record['distribution'] or '-'} {record['version'] or ''})".rstrip())
         print(f"    module: {record['module']}")
+        low, high = record["api"]
+        print(f"    plugrt API: {low}..{high}" + ("" if record["api_stated"] else " (assumed: it states no PLUGRT_API)"))
         if ops:
             print(f"    ops: {ops}")
         if record["passes"]:

@@ -8,6 +8,11 @@ party's. Environment switches:
   points (plus those named in ``PLUGRT_PLUGINS``);
 - ``PLUGRT_PLUGINS=a,b``: an allow-list of entry point or distribution names to load;
 - ``PLUGRT_TRACE_PLUGINS=1``: print every hook call to stderr.
+
+A plugin module states the plugin API versions it supports as ``PLUGRT_API = (low, high)``
+(inclusive; an int ``n`` means ``(n, n)``). One that states none is taken as written for
+API 1 (:data:`ASSUMED_API`), the API before plugins stated it, so it keeps working until
+the core moves past API 1 and is then refused like any plugin outside its range.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ ENTRY_POINT_GROUP = "plugrt.plugins"
 CORE_DISTRIBUTION = "plugrt"
 #: The plugin the core registers itself in every registry (the fused-layer op).
 CORE_PLUGIN = "core-fusion"
+#: The API range of a plugin that states no ``PLUGRT_API``.
+ASSUMED_API = (1, 1)
 
 
 @dataclass
@@ -40,6 +47,10 @@ class PluginRecord:
     module: str
     ops: list[OpPlugin] = field(default_factory=list)
     passes: list[GraphPass] = field(default_factory=list)
+    #: The plugin API versions it supports, inclusive (:data:`ASSUMED_API` if it states none).
+    api: tuple[int, int] = ASSUMED_API
+    #: Whether the plugin stated ``PLUGRT_API`` itself.
+    api_stated: bool = False
 
     def as_json(self) -> dict:
         return {
@@ -47,6 +58,8 @@ class PluginRecord:
             "distribution": self.distribution,
             "version": self.version,
             "module": self.module,
+            "api": list(self.api),
+            "api_stated": self.api_stated,
             "ops": [op_json(op) for op in self.ops],
             "passes": [p.name for p in self.passes],
         }
@@ -142,14 +155,15 @@ class Registry:
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
         if name in self.plugins:
             raise PluginError(f"plugin {name!r} is registered twice")
-        self._check_api_version(plugin, name, distribution)
+        api, api_stated = plugin_api(plugin, name, distribution, version)
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
             self._unregister(plugin)
             raise PluginError(f"plugin {name!r} ({distribution or 'no distribution'}): {exc}") from None
-        record = PluginRecord(name, distribution, version, getattr(plugin, "__name__", type(plugin).__name__))
+        record = PluginRecord(name, distribution, version, getattr(plugin, "__name__", type(plugin).__name__),
+                              api=api, api_stated=api_stated)
         try:
             record.ops = self._collect(plugin, "plugrt_ops", name)
             record.passes = self._collect(plugin, "plugrt_passes", name)
@@ -169,18 +183,6 @@ class Registry:
     def _unregister(self, plugin) -> None:
         if self.pm.is_registered(plugin):
             self.pm.unregister(plugin)
-
-    def _check_api_version(self, plugin, name: str, distribution: str | None) -> None:
-        supported = getattr(plugin, "PLUGRT_API", None)
-        if supported is None:
-            return
-        low, high = supported
-        if not (low <= API_VERSION <= high):
-            raise PluginError(
-                f"plugin {name!r} ({distribution or 'no distribution'}) supports plugrt API "
-                f"{low}..{high} but this plugrt implements API {API_VERSION}; "
-                f"install a version of the plugin built for API {API_VERSION}"
-            )
 
     def _collect(self, plugin, hook_name: str, name: str) -> list:
         """Call one hook of one plugin (through pluggy, so tracing sees it); flatten lists."""
@@ -262,6 +264,51 @@ class Registry:
     def passes(self) -> list[tuple[str, GraphPass]]:
         found = [(record.name, p) for record in self.plugins.values() for p in record.passes]
         return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
+
+
+def plugin_api(plugin, name: str, distribution: str | None = None, version: str | None = None) -> tuple[tuple[int, int], bool]:
+    """The API range ``plugin`` states (or :data:`ASSUMED_API`) and whether it stated one.
+
+    :raises PluginError: when ``PLUGRT_API`` is malformed, or the range leaves out this
+        core's :data:`plugrt.API_VERSION`; the message says which side to upgrade.
+    """
+    from plugrt import __version__
+
+    stated = getattr(plugin, "PLUGRT_API", None)
+    who = f"plugin {name!r} ({_label(distribution, version)})"
+    if stated is None:
+        low, high = ASSUMED_API
+    else:
+        if isinstance(stated, int) and not isinstance(stated, bool):
+            stated = (stated, stated)
+        try:
+            low, high = stated
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) or low > high:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise PluginError(f"{who}: PLUGRT_API must be an int or a (low, high) pair of ints with low <= high, "
+                              f"got {stated!r}; e.g. PLUGRT_API = ({API_VERSION}, {API_VERSION})") from None
+    if low <= API_VERSION <= high:
+        return (low, high), stated is not None
+    package = distribution or "the plugin"
+    if stated is None:
+        raise PluginError(f"{who} states no PLUGRT_API, so it is taken as written for plugrt API {low}, but plugrt "
+                          f"{__version__} implements API {API_VERSION}: install a release of {package} that states "
+                          f"PLUGRT_API including {API_VERSION} (pip install --upgrade {package})")
+    if high < API_VERSION:
+        fix = (f"install a release of {package} built for API {API_VERSION} (pip install --upgrade {package}), "
+               f"or a plugrt that implements API {high}")
+    else:
+        fix = (f"upgrade plugrt to one that implements API {low} (pip install --upgrade plugrt), "
+               f"or install a release of {package} built for API {API_VERSION}")
+    raise PluginError(f"{who} supports plugrt API {low}..{high}, but plugrt {__version__} implements "
+                      f"API {API_VERSION}: {fix}")
+
+
+def _label(distribution: str | None, version: str | None) -> str:
+    if distribution is None:
+        return "no distribution"
+    return f"{distribution} {version}" if version else distribution
 
 
 def _canonical(domain: str) -> str:

@@ -156,8 +156,12 @@ def render_plugin(spec: PluginSpec, dest: str | os.PathLike | None = None) -> li
     try:
         for source in sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TEMPLATE_SUFFIX)):
             relative = source.relative_to(root).as_posix()
-            target = env.from_string(relative[: -len(TEMPLATE_SUFFIX)]).render(context)
-            text = env.get_template(relative).render(context)
+            try:
+                target = env.from_string(relative[: -len(TEMPLATE_SUFFIX)]).render(context)
+                text = env.get_template(relative).render(context)
+            except jinja2.TemplateError as exc:
+                raise PlugrtError(f"the plugin template's {relative} does not render ({type(exc).__name__}: "
+                                  f"{exc}); reinstall plugrt") from None
             path = staging / target
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)

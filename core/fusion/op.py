@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from plugrt import hookimpl
+from plugrt import API_VERSION, hookimpl
 from plugrt.errors import UnsupportedError
 from plugrt.fusion import codegen
 from plugrt.fusion.codegen import Program, Step
@@ -152,6 +152,9 @@ def _infer(op, inner, args):
 
 class FusionPlugin:
     """The core's own plugin: provides :class:`FusedOp` to the registry it is given."""
+
+    #: Part of the core: always the core's own API.
+    PLUGRT_API = (API_VERSION, API_VERSION)
 
     def __init__(self, registry):
         self.op = FusedOp(registry)
