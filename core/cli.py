@@ -319,6 +319,10 @@ def cmd_inspect(args) -> int:
             if runner_up:
                 line += f"; runner-up {runner_up['name']} {runner_up['params']} {runner_up['time_ms']:.4f} ms"
             print(line)
+    print("plugins the plan needs:")
+    for entry in report["plugins"]:
+        ops = ", ".join(f"{op} (op version {v})" for op, v in entry["ops"].items())
+        print(f"  {entry['plugin']:30s} {entry['distribution'] or '(no distribution)'} {entry['version'] or ''}: {ops}")
     if report["passes"]:
         print("graph passes (nodes before -> after):")
         for entry in report["passes"]:

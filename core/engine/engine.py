@@ -4,12 +4,23 @@ An :class:`Engine` holds the graph, the profile, one :class:`LayerRecord` per de
 layer (which plugin and tactic runs it), the activation memory plan and the weights.
 ``serialize``/``save`` write a plan file (JSON header, raw arrays, checksum; no pickle);
 ``Engine.deserialize``/``Engine.load`` read one and check that every plugin it needs is
-installed at the recorded version. Weights go to the GPU once, when the first execution
+installed at a compatible version. Weights go to the GPU once, when the first execution
 context is made.
+
+Plugin compatibility: each layer (and each part of a fused layer) records the plugin, its
+distribution and version, and the op's own ``version``. A plan loads when the op comes
+from the same distribution, at the same op version, in the same release series
+(``major.minor``) of that distribution: a patch release (``1.2.0`` -> ``1.2.3``) with
+unchanged op versions loads, with a warning. Anything else is refused with
+``pip install DIST==VERSION`` of the recorded release. The op version is what an op's
+author bumps when a plan's recorded data would mean something else (math, attributes,
+serialized data, tactic names and parameters).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -26,6 +37,8 @@ from plugrt.ir.dims import format_shape
 from plugrt.ir.infer import infer_graph
 
 ENGINE_FORMAT = "plugrt-engine/1"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -184,10 +197,30 @@ class Engine:
             "profile": self.profile.as_json(),
             "layers": layers,
             "host_nodes": host,
+            "plugins": self.plugins(),
             "passes": self.passes,
             "memory": {"weights_bytes": self.weight_bytes, "arena_bytes": self.arena_bytes,
                        "workspace_bytes": self.workspace_bytes},
         }
+
+    def plugins(self) -> list[dict]:
+        """The plugins the plan needs, as it recorded them: name, distribution, version and
+        the ops each runs (``domain::op_type`` with the op version), sorted by name."""
+        found: dict[str, dict] = {}
+
+        def note(plugin, distribution, version, node, op_version):
+            entry = found.setdefault(plugin, {"plugin": plugin, "distribution": distribution, "version": version,
+                                              "ops": {}})
+            entry["ops"][node.qualified_op] = op_version
+
+        for layer in self.layers:
+            node = self.graph.nodes[layer.node_index]
+            note(layer.plugin, layer.distribution, layer.distribution_version, node, layer.op_version)
+            if is_fused(node):
+                for part, entry in zip(body_nodes(node), node.attrs["body"]):
+                    note(entry.get("plugin"), entry.get("distribution"), entry.get("version"), part,
+                         entry.get("op_version"))
+        return [found[name] for name in sorted(found)]
 
     def _shape(self, name: str):
         info = self.graph.info(name)
@@ -213,14 +246,52 @@ def _check_plugins(graph, layers: list[LayerRecord], registry, label: str) -> No
 
 def _plugin_problem(registry, node, plugin, distribution, version, op_version) -> str | None:
     dist = distribution or "(no distribution)"
-    wanted = f"{dist}=={version}" if version else dist
+    if distribution and version:
+        install = f"pip install {distribution}=={version}"
+    elif distribution:
+        install = f"pip install {distribution}"
+    else:
+        install = f"register plugin {plugin!r} in this registry"
     op = registry.find_op(node.domain, node.op_type, node.opset)
     if op is None:
         return (f"{node.describe()} needs plugin {plugin!r} from distribution {dist} version {version}, which is "
-                f"not installed: pip install {wanted}")
+                f"not installed: {install}")
     owner = registry.owner(op)
-    if owner.distribution != distribution or owner.version != version or op.version != op_version:
+    why = _incompatibility(distribution, version, op_version, owner.distribution, owner.version, op.version)
+    if why:
         return (f"{node.describe()} was built with {dist} {version} (op version {op_version}), but "
                 f"{owner.distribution or '(no distribution)'} {owner.version} (op version {op.version}) is "
-                f"installed: pip install {wanted}, or rebuild the plan")
+                f"installed, and {why}: {install}, or rebuild the plan")
+    if owner.version != version:
+        log.warning("%s was built with %s %s; running it with %s %s (a patch release, same op version %s)",
+                    node.describe(), dist, version, dist, owner.version, op.version)
     return None
+
+
+def _incompatibility(distribution, version, op_version, installed_distribution, installed_version,
+                     installed_op_version) -> str | None:
+    """Why the installed plugin cannot run a layer the plan recorded, or ``None``."""
+    if installed_distribution != distribution:
+        return "another distribution provides the op"
+    if installed_op_version != op_version:
+        return "the op versions differ"
+    if version == installed_version:
+        return None
+    recorded, installed = release_series(version), release_series(installed_version)
+    if recorded is None or installed is None:
+        return "the versions differ"
+    if recorded != installed:
+        return f"the release series differ ({'.'.join(map(str, recorded))} vs {'.'.join(map(str, installed))})"
+    return None
+
+
+_RELEASE = re.compile(r"\s*v?(?:\d+!)?(\d+(?:\.\d+)*)")
+
+
+def release_series(version: str | None) -> tuple[int, int] | None:
+    """``(major, minor)`` of a PEP 440 version (``"1.2.3.post1"`` -> ``(1, 2)``), or ``None``."""
+    match = _RELEASE.match(version or "")
+    if match is None:
+        return None
+    parts = [int(p) for p in match.group(1).split(".")] + [0]
+    return parts[0], parts[1]
