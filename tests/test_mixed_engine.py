@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from plugrt.engine import Builder
+from plugrt.engine import Builder, Engine
 from plugrt.engine.plan_file import read_plan
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
@@ -130,6 +130,10 @@ def test_mixed_model_builds_saves_and_runs_in_a_fresh_process(tmp_path):
         assert recorded.get(owner.distribution) == metadata.version(owner.distribution), (
             f"the plan should record {owner.distribution} {metadata.version(owner.distribution)}; it records {recorded}")
     assert "plugrt" in recorded  # the built-in ops' layers
+    needs = {entry["distribution"]: entry for entry in Engine.load(str(plan), registry).plugins()}
+    for op in (stft, attention):
+        entry = needs[registry.owner(op).distribution]
+        assert entry["ops"] == {f"{op.domain}::{op.op_type}": op.version}, entry
 
     np.savez(tmp_path / "inputs.npz", signal=x)
     result = subprocess.run([sys.executable, "-m", "plugrt", "run", str(plan), "--inputs",
