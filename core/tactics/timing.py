@@ -141,7 +141,7 @@ def verify(got: list, want: list, tf32: bool) -> str | None:
             if not np.array_equal(g, w):
                 return f"output {index} differs in {int(np.sum(g != w))} of {w.size} elements"
             continue
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        g64, w64 = np.atleast_1d(g).astype(np.float64), np.atleast_1d(w).astype(np.float64)  # 0-d too
         if not np.array_equal(np.isnan(g64), np.isnan(w64)):
             return f"output {index} has NaNs where the reference has none, or the other way round"
         finite = ~np.isnan(w64)
