@@ -9,7 +9,6 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
