@@ -119,7 +119,8 @@ def cmd_plugins(args) -> int:
         print(f"{record['name']}  ({record['distribution'] or '-'} {record['version'] or ''})".rstrip())
         print(f"    module: {record['module']}")
         low, high = record["api"]
-        print(f"    plugrt API: {low}..{high}" + ("" if record["api_stated"] else " (assumed: it states no PLUGRT_API)"))
+        assumed = "" if record["api_stated"] else " (assumed: it states no PLUGRT_API)"
+        print(f"    plugrt API: {low}..{high}{assumed}")
         if ops:
             print(f"    ops: {ops}")
         if record["passes"]:

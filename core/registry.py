@@ -266,7 +266,8 @@ class Registry:
         return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
 
 
-def plugin_api(plugin, name: str, distribution: str | None = None, version: str | None = None) -> tuple[tuple[int, int], bool]:
+def plugin_api(plugin, name: str, distribution: str | None = None,
+               version: str | None = None) -> tuple[tuple[int, int], bool]:
     """The API range ``plugin`` states (or :data:`ASSUMED_API`) and whether it stated one.
 
     :raises PluginError: when ``PLUGRT_API`` is malformed, or the range leaves out this

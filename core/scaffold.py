@@ -182,4 +182,5 @@ def _check_dest(dest: Path) -> None:
         if any(dest.iterdir()):
             raise PlugrtError(f"--dest {str(dest)!r} exists and is not empty; name a new or empty folder")
     if not dest.parent.is_dir():
-        raise PlugrtError(f"--dest {str(dest)!r}: its parent folder {str(dest.parent)!r} does not exist; create it first")
+        raise PlugrtError(f"--dest {str(dest)!r}: its parent folder {str(dest.parent)!r} does not exist; "
+                          "create it first")
