@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from plugrt import hookimpl
-from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, POINTWISE, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, POINTWISE, Attr, Example, OpPlugin, TensorInfo, optional
 from plugrt_builtin_ops import activation_kernels
 
 _SIGNED = FLOAT_DTYPES | {np.dtype(t) for t in ("int8", "int16", "int32", "int64")}
@@ -58,6 +58,10 @@ class Relu(UnaryOp):
 
     def compute(self, node, x):
         return np.maximum(x, x.dtype.type(0))
+
+    def examples(self):
+        return [Example((TensorInfo(np.float32, (2, 5)),)), Example((TensorInfo(np.float16, (3, 4)),)),
+                Example((TensorInfo(np.int32, (7,)),))]
 
 
 class LeakyRelu(UnaryOp):

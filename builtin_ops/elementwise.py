@@ -14,8 +14,8 @@ from plugrt import hookimpl
 from plugrt.errors import ModelError, ShapeError
 from plugrt.ir.dims import broadcast, format_shape
 from plugrt.plugin import (
-    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin, Scale,
-    TensorInfo,
+    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, Example, OpPlugin,
+    Scale, TensorInfo,
 )
 from plugrt_builtin_ops import elementwise_kernels
 
@@ -153,6 +153,13 @@ class Add(ElementwiseOp):
     def as_scale(self, node, inputs):
         found = constant_operand(node, inputs)
         return None if found is None else Scale(found[0], _ONE, found[1])
+
+    def examples(self):
+        f32, f16 = np.float32, np.float16
+        return [Example((TensorInfo(f32, (2, 3)), TensorInfo(f32, (3,)))),
+                Example((TensorInfo(f32, (2, 1)), np.linspace(-1, 1, 3, dtype=f32).reshape(1, 3))),
+                Example((TensorInfo(np.int64, (4,)), TensorInfo(np.int64, (4,)))),
+                Example((TensorInfo(f16, (2, 3)), TensorInfo(f16, (2, 3))), rtol=1e-3, atol=1e-3)]
 
 
 class Sub(ElementwiseOp):

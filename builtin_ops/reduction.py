@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt import hookimpl
-from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, REDUCTION, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, REDUCTION, Attr, Example, OpPlugin, TensorInfo, optional
 
 _REDUCE_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
 _MINMAX_DTYPES = _REDUCE_DTYPES | {np.dtype(t) for t in ("int8", "uint8", "bool")}
@@ -377,6 +377,12 @@ class Softmax(SoftmaxOp):
     def compute(self, x, axis):
         e = np.exp(self.shifted(x, axis))
         return e / np.sum(e, axis=axis, keepdims=True)
+
+    def examples(self):
+        return [Example((TensorInfo(np.float32, (3, 5)),)),
+                Example((TensorInfo(np.float32, (2, 3, 4)),), {"axis": 1}),
+                Example((TensorInfo(np.float32, (2, 3, 4)),), {"axis": 1}, opset=11, name="opset11-2d-coercion"),
+                Example((TensorInfo(np.float16, (2, 6)),), rtol=1e-3, atol=1e-3)]
 
 
 class LogSoftmax(SoftmaxOp):

@@ -297,6 +297,17 @@ class Example:
     the opset of the op's domain (``None``: the plugin's ``since_opset``, at least 17 for
     the default domain). ``rtol``/``atol`` bound the difference between a tactic and the
     reference.
+
+    ``ranges`` says how to draw a runtime input whose values matter, by input index: a
+    ``(low, high)`` pair (floats uniform in ``[low, high)``, integers in ``low..high-1``:
+    ``(1e-3, 4.0)`` for Log or Sqrt, ``(0, n)`` for indices into an axis of ``n``), or a
+    function ``draw(rng, dtype, shape) -> ndarray`` for anything else (sorted, unique,
+    a permutation). Inputs not named are drawn by :func:`plugrt.bindings.random_input`
+    (standard normal floats, integers 1..4, random booleans).
+    ``n_outputs`` is how many outputs the node names (``None``: the op's minimum, so
+    optional outputs are claimed by saying so). ``tf32_tolerance`` is ``(rtol, atol)``
+    for tactics with ``math == "tf32"``, whose products keep 10 mantissa bits.
+    ``name`` labels the example in reports (default: its input types).
     """
 
     inputs: tuple
@@ -305,6 +316,24 @@ class Example:
     rtol: float = 1e-5
     atol: float = 1e-6
     name: str = ""
+    ranges: Mapping[int, Any] = field(default_factory=dict)
+    n_outputs: int | None = None
+    tf32_tolerance: tuple[float, float] = (5e-3, 5e-3)
+
+    def label(self) -> str:
+        """``name``, or the input types: ``float32(2,3)+const int64(2)+none``."""
+        if self.name:
+            return self.name
+        parts = []
+        for entry in self.inputs:
+            if entry is None:
+                parts.append("none")
+            elif isinstance(entry, TensorInfo):
+                parts.append(f"{entry.dtype}({','.join(str(d) for d in entry.shape)})")
+            else:
+                array = np.asarray(entry)
+                parts.append(f"const {array.dtype}({','.join(str(d) for d in array.shape)})")
+        return "+".join(parts) or "no inputs"
 
 
 @dataclass(frozen=True, eq=False)

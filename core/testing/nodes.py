@@ -1,4 +1,4 @@
-"""Test helpers for op plugins: run a node's CUDA tactics and compare with its reference.
+"""Node-level test helpers: run a node's CUDA tactics and compare with its reference.
 
 Plugin authors (built-in and third party) use :func:`check_node` in their tests::
 

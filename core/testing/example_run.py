@@ -1,0 +1,502 @@
+"""One claimed example of one op, put through every conformance check.
+
+:class:`ExampleRun` builds the one-node model the example describes, imports it (the
+plugin's ``check`` and ``infer`` run there), draws two sets of fresh random inputs and
+computes the reference outputs for both. The checks then read shared, memoized work:
+each tactic runs once on guarded buffers (first run and replay), and the plan round
+trip runs once per tactic, so asking for one check or all six costs the same device time.
+
+Checks, in dependency order (``tactics``, ``guards`` and ``plan`` need ``infer`` to pass):
+
+- ``infer``: the model imports; ``infer`` gives the dtypes and shapes the reference
+  produces (and its ``value``, when it claims one); ``infer`` on symbolic input dims does
+  not crash and does not contradict the concrete shapes;
+- ``tactics``: at least one tactic; names unique; JSON-safe parameters; every tactic
+  matches the reference on fresh inputs, and again when its launch list is replayed on
+  other inputs (as an execution context does);
+- ``guards``: no tactic writes outside its outputs and declared workspace, reads out of
+  bounds, or modifies its inputs;
+- ``serialize``: ``serialize(node)`` returns JSON-safe data that survives a JSON round
+  trip, the same on every call;
+- ``plan``: a one-node engine from the real builder, saved as a plan file and loaded
+  again, runs every tactic (the plan's record finds the same tactic again) and matches
+  the reference; ``serialize`` gives the same data for the loaded node;
+- ``pickle``: nothing above called pickle, and neither the plan files nor the
+  plugin's data hold a pickle stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import zlib
+from typing import Mapping
+
+import numpy as np
+
+from plugrt.errors import ModelError, PlugrtError, ShapeError, UnsupportedError
+from plugrt.ir.dims import format_shape, is_static
+from plugrt.plugin import TensorInfo
+from plugrt.tactic import Tactic
+from plugrt.testing.guards import run_guarded
+from plugrt.testing.pickle_guard import PickleGuard, find_pickles
+from plugrt.testing.report import FAILED, PASSED, SKIPPED, CheckResult, Failure
+
+CHECKS = ("infer", "tactics", "guards", "serialize", "plan", "pickle")
+_NEEDS_INFER = ("tactics", "guards", "plan")
+
+
+class ExampleRun:
+    """The checks of example ``index`` of ``op``; :meth:`result` runs one (memoized)."""
+
+    def __init__(self, plugin: str, op, index: int, example, registry, seed: int = 0, plan_dir: str | None = None):
+        self.plugin = plugin
+        self.op = op
+        self.index = index
+        self.example = example
+        self.registry = registry
+        self.seed = seed
+        self.plan_dir = plan_dir
+        self.op_label = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+        self.label = _example_label(example, index)
+        self.guard = PickleGuard()
+        self._results: dict[str, CheckResult] = {}
+        self._memo: dict[str, object] = {}
+        self._setup_failures: list[Failure] | None = None
+
+    # ------------------------------------------------------------------ public
+
+    def result(self, check: str) -> CheckResult:
+        if check not in CHECKS:
+            raise PlugrtError(f"unknown conformance check {check!r}; the checks are {', '.join(CHECKS)}")
+        if check not in self._results:
+            started = time.perf_counter()
+            result = self._run_check(check)
+            result.seconds = time.perf_counter() - started
+            self._results[check] = result
+        return self._results[check]
+
+    def failure(self, check: str, message: str, hint: str = "", tactic: str = "") -> Failure:
+        return Failure(self.plugin, self.op_label, self.label, check, message, hint, tactic)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _run_check(self, check: str) -> CheckResult:
+        setup = self._setup()
+        if setup and check != "infer":
+            return self._result(check, SKIPPED, [], "the example could not be set up (see the infer check)")
+        if check in _NEEDS_INFER and self.result("infer").status != PASSED:
+            return self._result(check, SKIPPED, [], "infer failed for this example; fix it first")
+        failures = setup or getattr(self, f"_check_{check}")()
+        return self._result(check, FAILED if failures else PASSED, failures)
+
+    def _result(self, check: str, status: str, failures: list, detail: str = "") -> CheckResult:
+        return CheckResult(self.plugin, self.op_label, self.label, check, status, failures, detail)
+
+    @contextlib.contextmanager
+    def _watch(self, phase: str):
+        with self.guard, self.guard.during(phase):
+            yield
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup(self) -> list[Failure]:
+        """Build, import and feed the one-node model; failures belong to the infer check."""
+        if self._setup_failures is not None:
+            return self._setup_failures
+        self._setup_failures = []
+        try:
+            self._build()
+        except _SetupFailed as failed:
+            self._setup_failures = [self.failure("infer", failed.message, failed.hint)]
+        return self._setup_failures
+
+    def _build(self) -> None:
+        from plugrt.onnx.importer import import_model
+        from plugrt.testing.model import example_model
+
+        example, op = self.example, self.op
+        try:
+            self.model, self.feed_specs = example_model(op, example)
+        except PlugrtError as exc:
+            raise _SetupFailed(f"the Example is malformed: {exc}", "fix the Example returned by examples()") from None
+        try:
+            with self._watch("import"):
+                self.graph = import_model(self.model, registry=self.registry)
+        except ShapeError as exc:
+            raise _SetupFailed(f"shape inference failed on the example: {exc}",
+                               "infer() must accept every example the plugin claims") from None
+        except UnsupportedError as exc:
+            raise _SetupFailed(f"the plugin refuses its own example: {exc}",
+                               "drop the example, or accept it in check()/dtypes") from None
+        except ModelError as exc:
+            raise _SetupFailed(f"the example's node is not valid for the op: {exc}",
+                               "match the op's declared attributes and input/output counts") from None
+        except PlugrtError as exc:
+            raise _SetupFailed(f"importing the example's one-node model failed: {exc}", "") from None
+        self.node = self.graph.nodes[0]
+        rng = np.random.default_rng([self.seed, zlib.crc32(self.op_label.encode()), self.index])
+        self.feeds = self._draw(rng)
+        self.replay_feeds = self._draw(rng)
+        self.expected = self._reference(self.feeds)
+        self.replay_expected = self._reference(self.replay_feeds)
+
+    def _draw(self, rng) -> dict[str, np.ndarray]:
+        from plugrt.testing.model import draw_input
+
+        feeds = {}
+        for name in self.graph.inputs:
+            info, index = self.graph.info(name), self.feed_specs[name]
+            try:
+                feeds[name] = draw_input(rng, info.dtype, tuple(info.shape), self.example.ranges.get(index))
+            except PlugrtError as exc:
+                raise _SetupFailed(f"cannot draw input {index}: {exc}", "fix Example.ranges") from None
+        return feeds
+
+    def _reference(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        env = dict(self.graph.initializers())
+        env.update(feeds)
+        args = [env[name] if name else None for name in self.node.inputs]
+        try:
+            with self._watch("reference()"), np.errstate(all="ignore"):
+                results = [np.asarray(r) for r in self.op.reference(self.node, args)]
+        except Exception as exc:
+            raise _SetupFailed(f"reference() raised {type(exc).__name__}: {exc}",
+                               "reference() must compute every example the plugin claims") from None
+        if len(results) < len(self.node.outputs):
+            raise _SetupFailed(f"reference() returned {len(results)} outputs for a node with "
+                               f"{len(self.node.outputs)}", "return one array per node output")
+        return results[:len(self.node.outputs)]
+
+    def _inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
+        env = dict(self.graph.initializers())
+        env.update(feeds)
+        return [env[name] if name else None for name in self.node.inputs]
+
+    # ------------------------------------------------------------------ infer
+
+    def _check_infer(self) -> list[Failure]:
+        failures = []
+        hint = "infer() must describe exactly what reference() and the tactics produce"
+        for i, (name, want) in enumerate(zip(self.node.outputs, self.expected)):
+            info = self.graph.info(name)
+            said = f"{info.dtype}{format_shape(info.shape)}"
+            made = f"{want.dtype}{format_shape(want.shape)}"
+            if not is_static(info.shape):
+                failures.append(self.failure("infer", f"output {i}: infer() returns {said}, symbolic for static "
+                                             f"inputs; the reference produces {made}", hint))
+            elif info.dtype != want.dtype or tuple(info.shape) != want.shape:
+                failures.append(self.failure("infer", f"output {i}: infer() says {said} but the reference "
+                                             f"produces {made}", hint))
+            elif info.value is not None and self.graph.values[name].const is None and not _same_value(info.value, want):
+                failures.append(self.failure("infer", f"output {i}: infer() gives a value that differs from "
+                                             "the reference's", "only set TensorInfo.value to what reference() computes"))
+        return failures + self._check_symbolic()
+
+    def _check_symbolic(self) -> list[Failure]:
+        """``infer`` with every runtime input dim > 1 made a symbol (equal dims share one)."""
+        from plugrt.testing.model import symbolic_inputs
+
+        inputs, values = symbolic_inputs(self.graph, self.node)
+        if not values:
+            return []
+        shapes = ", ".join("none" if i is None else format_shape(i.shape) for i in inputs)
+        hint = ("dynamic shapes are first-class: compute dims with plugrt.ir.dims (add, mul, prod, derive, "
+                "broadcast), or refuse with ShapeError/UnsupportedError")
+        try:
+            self.op.check(self.node, inputs)
+            outputs = list(self.op.infer(self.node, inputs))
+        except PlugrtError:
+            return []  # a declared refusal is fine
+        except Exception as exc:
+            return [self.failure("infer", f"infer() crashed on symbolic input dims ({shapes}): "
+                                 f"{type(exc).__name__}: {exc}", hint)]
+        problems = []
+        for i, name in enumerate(self.node.outputs):
+            concrete = self.graph.info(name)
+            if i >= len(outputs) or not isinstance(outputs[i], TensorInfo):
+                problems.append(f"output {i} is missing")
+                continue
+            shape = tuple(outputs[i].shape)
+            if len(shape) != len(concrete.shape) or outputs[i].dtype != concrete.dtype:
+                problems.append(f"output {i} is {outputs[i].dtype}{format_shape(shape)}, but "
+                                f"{concrete.dtype}{format_shape(concrete.shape)} for the concrete inputs")
+                continue
+            for axis, (dim, size) in enumerate(zip(shape, concrete.shape)):
+                bound = dim if isinstance(dim, int) else values.get(dim)
+                if bound is not None and bound != size:
+                    problems.append(f"output {i} dim {axis} is {dim!r} (= {bound}), but {size} for the "
+                                    "concrete inputs")
+        if problems:
+            return [self.failure("infer", f"infer() on symbolic input dims ({shapes}) contradicts the concrete "
+                                 f"shapes: {'; '.join(problems)}", hint)]
+        return []
+
+    # ------------------------------------------------------------------ tactics
+
+    def _tactics(self) -> tuple[list, list[Failure]]:
+        if "tactics" in self._memo:
+            return self._memo["tactics"]
+        ins = [self.graph.info(name) if name else None for name in self.node.inputs]
+        outs = [self.graph.info(name) for name in self.node.outputs]
+        failures: list[Failure] = []
+        found: list = []
+        try:
+            with self._watch("tactics()"):
+                found = list(self.op.tactics(self.node, ins, outs))
+        except Exception as exc:
+            failures.append(self.failure("tactics", f"tactics() raised {type(exc).__name__}: {exc}",
+                                         "tactics() must return a list (empty to refuse) for claimed examples"))
+        bad = [t for t in found if not isinstance(t, Tactic)]
+        if bad:
+            failures.append(self.failure("tactics", f"tactics() returned {type(bad[0]).__name__}, not a "
+                                         "plugrt.tactic.Tactic", "return Tactic objects"))
+            found = [t for t in found if isinstance(t, Tactic)]
+        if not found and not failures:
+            failures.append(self.failure("tactics", "the plugin claims this example but offers no CUDA tactic "
+                                         "for it", "return a Tactic from tactics() for these inputs, or drop the example"))
+        failures += self._tactic_declarations(found)
+        self._memo["tactics"] = (found, failures)
+        return found, failures
+
+    def _tactic_declarations(self, tactics: list) -> list[Failure]:
+        failures = []
+        names = [t.name for t in tactics]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            failures.append(self.failure("tactics", f"{names.count(name)} tactics are named {name!r}",
+                                         "give every tactic of a node a unique name (plans record it)", name))
+        for tactic in tactics:
+            problems = json_problems(dict(tactic.params), "params")
+            if problems:
+                failures.append(self.failure("tactics", f"parameters are not JSON-safe: {'; '.join(problems)}",
+                                             "use str, int, float, bool, None, lists and dicts with str keys",
+                                             tactic.name))
+            elif _json_round_trip(dict(tactic.params)) != dict(tactic.params):
+                failures.append(self.failure("tactics", f"parameters {dict(tactic.params)!r} change through JSON "
+                                             f"(to {_json_round_trip(dict(tactic.params))!r}), so a plan cannot "
+                                             "find this tactic again by them", "use lists, not tuples", tactic.name))
+            ws = tactic.workspace_bytes
+            if isinstance(ws, bool) or not isinstance(ws, (int, np.integer)) or ws < 0:
+                failures.append(self.failure("tactics", f"workspace_bytes is {ws!r}",
+                                             "declare a non-negative int", tactic.name))
+            if tactic.math not in ("", "tf32"):
+                failures.append(self.failure("tactics", f"math is {tactic.math!r}", 'use "" or "tf32"', tactic.name))
+        return failures
+
+    def _guarded(self, tactic):
+        key = f"run/{id(tactic)}"
+        if key not in self._memo:
+            runtime = [bool(name) and name in self.feeds for name in self.node.inputs]
+            outs = [self.graph.info(name) for name in self.node.outputs]
+            with self._watch(f"tactic {tactic.name!r}"):
+                self._memo[key] = run_guarded(tactic, self._inputs(self.feeds), self._inputs(self.replay_feeds),
+                                              runtime, outs, self.seed)
+        return self._memo[key]
+
+    def _tolerance(self, tactic) -> tuple[float, float]:
+        if tactic.math == "tf32":
+            rtol, atol = self.example.tf32_tolerance
+            return max(rtol, self.example.rtol), max(atol, self.example.atol)
+        return self.example.rtol, self.example.atol
+
+    def _check_tactics(self) -> list[Failure]:
+        tactics, failures = self._tactics()
+        failures = list(failures)
+        for tactic in tactics:
+            run = self._guarded(tactic)
+            if run.error is not None:
+                phase, exc = run.error
+                failures.append(self.failure("tactics", f"{phase} raised {type(exc).__name__}: {exc}",
+                                             "the tactic must run every example the plugin claims", tactic.name))
+                continue
+            if run.outputs is None:
+                continue  # stopped by an out-of-bounds access: the guards check reports it
+            rtol, atol = self._tolerance(tactic)
+            for i, (got, want) in enumerate(zip(run.outputs, self.expected)):
+                problem = compare(got, want, rtol, atol)
+                if problem:
+                    failures.append(self.failure("tactics", f"output {i} differs from the reference: {problem}",
+                                                 "fix the kernel, or loosen Example.rtol/atol if the difference "
+                                                 "is rounding", tactic.name))
+            if run.replay_outputs is None or any(f.tactic == tactic.name for f in failures):
+                continue
+            for i, (got, want) in enumerate(zip(run.replay_outputs, self.replay_expected)):
+                problem = compare(got, want, rtol, atol)
+                if problem:
+                    failures.append(self.failure("tactics", f"output {i} is wrong when the launch list is replayed "
+                                                 f"on new inputs: {problem}",
+                                                 "launches() must depend on shapes and known values only, and "
+                                                 "kernels must not assume zeroed outputs or workspace", tactic.name))
+        return failures
+
+    def _check_guards(self) -> list[Failure]:
+        tactics, _ = self._tactics()
+        failures = []
+        for tactic in tactics:
+            run = self._guarded(tactic)
+            for violation in run.violations:
+                if "workspace" in violation.split(":")[0]:
+                    hint = (f"the tactic declares workspace_bytes={tactic.workspace_bytes}; declare what its "
+                            "kernels use and bound every workspace index by it")
+                elif "was modified" in violation:
+                    hint = "write only outputs and the workspace"
+                else:
+                    hint = "bound every index by the buffer's size (in grid-stride loops too)"
+                failures.append(self.failure("guards", violation, hint, tactic.name))
+        return failures
+
+    # ------------------------------------------------------------------ serialize
+
+    def _serialized(self, node) -> tuple[object, str]:
+        """``(data, error)`` of ``op.serialize(node)``."""
+        try:
+            with self._watch("serialize()"):
+                return self.op.serialize(node), ""
+        except Exception as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def _check_serialize(self) -> list[Failure]:
+        hint = "return a dict of str, int, float, bool, None, lists and dicts; put bulk data in NumPy arrays"
+        data, error = self._serialized(self.node)
+        self._memo["serialize"] = data
+        if error:
+            return [self.failure("serialize", f"serialize() raised {error}", hint)]
+        if not isinstance(data, Mapping):
+            return [self.failure("serialize", f"serialize() returned {type(data).__name__}, not a mapping", hint)]
+        problems = json_problems(dict(data), "serialize()")
+        if problems:
+            return [self.failure("serialize", f"not JSON-safe: {'; '.join(problems)}", hint)]
+        failures = []
+        if _json_round_trip(dict(data)) != dict(data):
+            failures.append(self.failure("serialize", f"serialize() data change through JSON (to "
+                                         f"{_json_round_trip(dict(data))!r})", "use lists, not tuples"))
+        again, error = self._serialized(self.node)
+        if error or not isinstance(again, Mapping) or canonical_json(again) != canonical_json(data):
+            failures.append(self.failure("serialize", "serialize() returns different data on a second call",
+                                         "serialize() must depend on the node only"))
+        return failures
+
+    # ------------------------------------------------------------------ plan
+
+    def _check_plan(self) -> list[Failure]:
+        from plugrt.testing.plan_trip import plan_round_trips
+
+        failures, plans = plan_round_trips(self)
+        self._memo["plans"] = plans
+        return failures
+
+    # ------------------------------------------------------------------ pickle
+
+    def _check_pickle(self) -> list[Failure]:
+        for check in CHECKS[:-1]:
+            self.result(check)  # every phase runs under the guard first
+        hint = "never pickle: plan data is JSON plus raw NumPy arrays"
+        counts: dict = {}
+        for use in self.guard.uses:
+            counts[str(use)] = counts.get(str(use), 0) + 1
+        failures = [self.failure("pickle", text + (f" ({n} times)" if n > 1 else ""), hint)
+                    for text, n in counts.items()]
+        data = self._memo.get("serialize")
+        for where in find_pickles(dict(data) if isinstance(data, Mapping) else data, "serialize()"):
+            failures.append(self.failure("pickle", f"{where} holds a pickle stream", hint))
+        tactics, _ = self._memo.get("tactics", ([], []))
+        for tactic in tactics:
+            for where in find_pickles(dict(tactic.params), "params"):
+                failures.append(self.failure("pickle", f"{where} holds a pickle stream", hint, tactic.name))
+        for label, blob in self._memo.get("plans", []):
+            failures += [self.failure("pickle", f"plan file of {label}: {problem}", hint)
+                         for problem in plan_pickles(blob)]
+        return failures
+
+
+class _SetupFailed(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _example_label(example, index: int) -> str:
+    return example.name or f"{index}:{example.label()}"
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
+    """Why ``got`` is not ``want`` within tolerance, or ``""``."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype}, reference {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {format_shape(got.shape)}, reference {format_shape(want.shape)}"
+    if want.dtype.kind in "fc":
+        wide = np.complex128 if want.dtype.kind == "c" else np.float64
+        g, w = got.astype(wide), want.astype(wide)
+        bad = ~np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        tolerance = f" beyond rtol={rtol:g}, atol={atol:g}"
+    else:
+        g, w = got, want
+        bad = got.view(np.uint8) != want.view(np.uint8) if want.dtype == bool else got != want
+        tolerance = ""
+    if not bad.any():
+        return ""
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    text = (f"{int(bad.sum())} of {bad.size} elements differ{tolerance}; first at index {first}: "
+            f"got {np.asarray(g[first]).item()!r}, reference {np.asarray(w[first]).item()!r}")
+    if want.dtype.kind in "fc":
+        with np.errstate(invalid="ignore"):
+            text += f"; max |difference| {np.nanmax(np.abs(g - w)):.3g}"
+    return text
+
+
+def json_problems(value, path: str) -> list[str]:
+    """Where ``value`` is not plain JSON data (strict: no NaN, str keys, no NumPy types)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return []
+    if isinstance(value, float):
+        return [] if np.isfinite(value) else [f"{path} is {value!r}, which JSON cannot hold"]
+    if isinstance(value, dict):
+        problems = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(f"{path} has the key {key!r} ({type(key).__name__}); JSON keys are str")
+            problems += json_problems(item, f"{path}[{key!r}]")
+        return problems
+    if isinstance(value, (list, tuple)):
+        return [p for i, item in enumerate(value) for p in json_problems(item, f"{path}[{i}]")]
+    return [f"{path} is a {type(value).__module__}.{type(value).__name__}"]
+
+
+def _json_round_trip(value):
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+def canonical_json(value) -> str:
+    """A mapping as sorted JSON text (its ``repr`` when it is not JSON-safe), for equality."""
+    try:
+        return json.dumps(dict(value), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _same_value(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def plan_pickles(blob: bytes) -> list[str]:
+    """Pickle streams in plan bytes: a pickle instead of a plan, or in its header or arrays."""
+    from plugrt.engine.plan_file import decode_plan
+
+    if blob[:1] == b"\x80" and find_pickles(blob):
+        return ["the file is a pickle"]
+    try:
+        header, arrays = decode_plan(blob)
+    except PlugrtError as exc:
+        return [f"unreadable ({exc})"]
+    return [f"header {where}" for where in find_pickles(header)] + \
+           [f"array {where}" for where in find_pickles(arrays)]
+
+
+__all__ = ["CHECKS", "ExampleRun", "canonical_json", "compare", "json_problems", "plan_pickles"]
