@@ -69,7 +69,7 @@ def _round_trip(run, engine, path: str, name: str, tactic, position, original, p
         failures += _identity_failures(run, loaded, context, position, tactic)
     rtol, atol = run._tolerance(tactic) if tactic is not None else (run.example.rtol, run.example.atol)
     for i, (output, want) in enumerate(zip(run.node.outputs, run.expected)):
-        problem = compare(got[output], want, rtol, atol)
+        problem = compare(got[output], want, rtol, atol, values=run.op.foldable)
         if problem:
             failures.append(run.failure("plan", f"output {i} of the engine loaded from the plan differs from the "
                                         f"reference: {problem}", _HINT, name))
