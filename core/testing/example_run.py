@@ -29,7 +29,6 @@ Checks, in dependency order (``tactics``, ``guards`` and ``plan`` need ``infer``
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import zlib
 from typing import Mapping
@@ -40,8 +39,9 @@ from plugrt.errors import ModelError, PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.plugin import TensorInfo
 from plugrt.tactic import Tactic
+from plugrt.testing.comparison import canonical_json, compare, json_problems, json_round_trip, same_bytes
 from plugrt.testing.guards import run_guarded
-from plugrt.testing.pickle_guard import PickleGuard, find_pickles
+from plugrt.testing.pickle_guard import PickleGuard, find_pickles, plan_pickles
 from plugrt.testing.report import FAILED, PASSED, SKIPPED, CheckResult, Failure
 
 CHECKS = ("infer", "tactics", "guards", "serialize", "plan", "pickle")
@@ -96,7 +96,7 @@ class ExampleRun:
         return CheckResult(self.plugin, self.op_label, self.label, check, status, failures, detail)
 
     @contextlib.contextmanager
-    def _watch(self, phase: str):
+    def watch(self, phase: str):
         with self.guard, self.guard.during(phase):
             yield
 
@@ -123,7 +123,7 @@ class ExampleRun:
         except PlugrtError as exc:
             raise _SetupFailed(f"the Example is malformed: {exc}", "fix the Example returned by examples()") from None
         try:
-            with self._watch("import"):
+            with self.watch("import"):
                 self.graph = import_model(self.model, registry=self.registry)
         except ShapeError as exc:
             raise _SetupFailed(f"shape inference failed on the example: {exc}",
@@ -134,8 +134,9 @@ class ExampleRun:
         except ModelError as exc:
             raise _SetupFailed(f"the example's node is not valid for the op: {exc}",
                                "match the op's declared attributes and input/output counts") from None
-        except PlugrtError as exc:
-            raise _SetupFailed(f"importing the example's one-node model failed: {exc}", "") from None
+        except Exception as exc:  # a plugin's bug (attribute handling, check()) must not stop the kit
+            raise _SetupFailed(f"importing the example's one-node model failed: {type(exc).__name__}: {exc}",
+                               "check() and infer() must accept every example the plugin claims") from None
         self.node = self.graph.nodes[0]
         rng = np.random.default_rng([self.seed, zlib.crc32(self.op_label.encode()), self.index])
         self.feeds = self._draw(rng)
@@ -156,11 +157,9 @@ class ExampleRun:
         return feeds
 
     def _reference(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        env = dict(self.graph.initializers())
-        env.update(feeds)
-        args = [env[name] if name else None for name in self.node.inputs]
+        args = self._inputs(feeds)
         try:
-            with self._watch("reference()"), np.errstate(all="ignore"):
+            with self.watch("reference()"), np.errstate(all="ignore"):
                 results = [np.asarray(r) for r in self.op.reference(self.node, args)]
         except Exception as exc:
             raise _SetupFailed(f"reference() raised {type(exc).__name__}: {exc}",
@@ -171,6 +170,7 @@ class ExampleRun:
         return results[:len(self.node.outputs)]
 
     def _inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
+        """The node's input arrays: ``feeds`` for runtime inputs, initializers for constants."""
         env = dict(self.graph.initializers())
         env.update(feeds)
         return [env[name] if name else None for name in self.node.inputs]
@@ -190,7 +190,7 @@ class ExampleRun:
             elif info.dtype != want.dtype or tuple(info.shape) != want.shape:
                 failures.append(self.failure("infer", f"output {i}: infer() says {said} but the reference "
                                              f"produces {made}", hint))
-            elif info.value is not None and self.graph.values[name].const is None and not _same_value(info.value, want):
+            elif info.value is not None and self.graph.values[name].const is None and not same_bytes(info.value, want):
                 failures.append(self.failure("infer", f"output {i}: infer() gives a value that differs from "
                                              "the reference's", "only set TensorInfo.value to what reference() computes"))
         return failures + self._check_symbolic()
@@ -236,7 +236,7 @@ class ExampleRun:
 
     # ------------------------------------------------------------------ tactics
 
-    def _tactics(self) -> tuple[list, list[Failure]]:
+    def tactic_list(self) -> tuple[list, list[Failure]]:
         if "tactics" in self._memo:
             return self._memo["tactics"]
         ins = [self.graph.info(name) if name else None for name in self.node.inputs]
@@ -244,7 +244,7 @@ class ExampleRun:
         failures: list[Failure] = []
         found: list = []
         try:
-            with self._watch("tactics()"):
+            with self.watch("tactics()"):
                 found = list(self.op.tactics(self.node, ins, outs))
         except Exception as exc:
             failures.append(self.failure("tactics", f"tactics() raised {type(exc).__name__}: {exc}",
@@ -257,9 +257,27 @@ class ExampleRun:
         if not found and not failures:
             failures.append(self.failure("tactics", "the plugin claims this example but offers no CUDA tactic "
                                          "for it", "return a Tactic from tactics() for these inputs, or drop the example"))
-        failures += self._tactic_declarations(found)
-        self._memo["tactics"] = (found, failures)
-        return found, failures
+        runnable = [t for t in found if self._declared_well(t, failures)]
+        failures += self._tactic_declarations(runnable)
+        self._memo["tactics"] = (runnable, failures)
+        return runnable, failures
+
+    def _declared_well(self, tactic, failures: list) -> bool:
+        """Whether the kit can run ``tactic`` at all (a name, a params mapping, a workspace size)."""
+        ws = tactic.workspace_bytes
+        label = str(tactic.name)
+        if not isinstance(tactic.name, str) or not tactic.name:
+            failures.append(self.failure("tactics", f"a tactic is named {tactic.name!r}", "name it with a str",
+                                         label))
+        elif not isinstance(tactic.params, Mapping):
+            failures.append(self.failure("tactics", f"params is a {type(tactic.params).__name__}",
+                                         "give params as a dict", label))
+        elif isinstance(ws, bool) or not isinstance(ws, (int, np.integer)) or ws < 0:
+            failures.append(self.failure("tactics", f"workspace_bytes is {ws!r}", "declare a non-negative int",
+                                         label))
+        else:
+            return True
+        return False
 
     def _tactic_declarations(self, tactics: list) -> list[Failure]:
         failures = []
@@ -273,14 +291,10 @@ class ExampleRun:
                 failures.append(self.failure("tactics", f"parameters are not JSON-safe: {'; '.join(problems)}",
                                              "use str, int, float, bool, None, lists and dicts with str keys",
                                              tactic.name))
-            elif _json_round_trip(dict(tactic.params)) != dict(tactic.params):
+            elif json_round_trip(dict(tactic.params)) != dict(tactic.params):
                 failures.append(self.failure("tactics", f"parameters {dict(tactic.params)!r} change through JSON "
-                                             f"(to {_json_round_trip(dict(tactic.params))!r}), so a plan cannot "
+                                             f"(to {json_round_trip(dict(tactic.params))!r}), so a plan cannot "
                                              "find this tactic again by them", "use lists, not tuples", tactic.name))
-            ws = tactic.workspace_bytes
-            if isinstance(ws, bool) or not isinstance(ws, (int, np.integer)) or ws < 0:
-                failures.append(self.failure("tactics", f"workspace_bytes is {ws!r}",
-                                             "declare a non-negative int", tactic.name))
             if tactic.math not in ("", "tf32"):
                 failures.append(self.failure("tactics", f"math is {tactic.math!r}", 'use "" or "tf32"', tactic.name))
         return failures
@@ -290,19 +304,19 @@ class ExampleRun:
         if key not in self._memo:
             runtime = [bool(name) and name in self.feeds for name in self.node.inputs]
             outs = [self.graph.info(name) for name in self.node.outputs]
-            with self._watch(f"tactic {tactic.name!r}"):
+            with self.watch(f"tactic {tactic.name!r}"):
                 self._memo[key] = run_guarded(tactic, self._inputs(self.feeds), self._inputs(self.replay_feeds),
                                               runtime, outs, self.seed)
         return self._memo[key]
 
-    def _tolerance(self, tactic) -> tuple[float, float]:
+    def tolerance(self, tactic) -> tuple[float, float]:
         if tactic.math == "tf32":
             rtol, atol = self.example.tf32_tolerance
             return max(rtol, self.example.rtol), max(atol, self.example.atol)
         return self.example.rtol, self.example.atol
 
     def _check_tactics(self) -> list[Failure]:
-        tactics, failures = self._tactics()
+        tactics, failures = self.tactic_list()
         failures = list(failures)
         for tactic in tactics:
             run = self._guarded(tactic)
@@ -313,7 +327,7 @@ class ExampleRun:
                 continue
             if run.outputs is None:
                 continue  # stopped by an out-of-bounds access: the guards check reports it
-            rtol, atol = self._tolerance(tactic)
+            rtol, atol = self.tolerance(tactic)
             for i, (got, want) in enumerate(zip(run.outputs, self.expected)):
                 problem = compare(got, want, rtol, atol, values=self.op.foldable)
                 if problem:
@@ -332,34 +346,34 @@ class ExampleRun:
         return failures
 
     def _check_guards(self) -> list[Failure]:
-        tactics, _ = self._tactics()
+        tactics, _ = self.tactic_list()
         failures = []
         for tactic in tactics:
             run = self._guarded(tactic)
             for violation in run.violations:
-                if "workspace" in violation.split(":")[0]:
+                if violation.kind == "modified":
+                    hint = "write only outputs and the workspace"
+                elif violation.buffer == "workspace":
                     hint = (f"the tactic declares workspace_bytes={tactic.workspace_bytes}; declare what its "
                             "kernels use and bound every workspace index by it")
-                elif "was modified" in violation:
-                    hint = "write only outputs and the workspace"
                 else:
                     hint = "bound every index by the buffer's size (in grid-stride loops too)"
-                failures.append(self.failure("guards", violation, hint, tactic.name))
+                failures.append(self.failure("guards", violation.message, hint, tactic.name))
         return failures
 
     # ------------------------------------------------------------------ serialize
 
-    def _serialized(self, node) -> tuple[object, str]:
+    def serialized(self, node) -> tuple[object, str]:
         """``(data, error)`` of ``op.serialize(node)``."""
         try:
-            with self._watch("serialize()"):
+            with self.watch("serialize()"):
                 return self.op.serialize(node), ""
         except Exception as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
     def _check_serialize(self) -> list[Failure]:
         hint = "return a dict of str, int, float, bool, None, lists and dicts; put bulk data in NumPy arrays"
-        data, error = self._serialized(self.node)
+        data, error = self.serialized(self.node)
         self._memo["serialize"] = data
         if error:
             return [self.failure("serialize", f"serialize() raised {error}", hint)]
@@ -369,10 +383,10 @@ class ExampleRun:
         if problems:
             return [self.failure("serialize", f"not JSON-safe: {'; '.join(problems)}", hint)]
         failures = []
-        if _json_round_trip(dict(data)) != dict(data):
+        if json_round_trip(dict(data)) != dict(data):
             failures.append(self.failure("serialize", f"serialize() data change through JSON (to "
-                                         f"{_json_round_trip(dict(data))!r})", "use lists, not tuples"))
-        again, error = self._serialized(self.node)
+                                         f"{json_round_trip(dict(data))!r})", "use lists, not tuples"))
+        again, error = self.serialized(self.node)
         if error or not isinstance(again, Mapping) or canonical_json(again) != canonical_json(data):
             failures.append(self.failure("serialize", "serialize() returns different data on a second call",
                                          "serialize() must depend on the node only"))
@@ -424,83 +438,4 @@ def _example_label(example, index: int) -> str:
     return example.name or f"{index}:{example.label()}"
 
 
-def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, values: bool = True) -> str:
-    """Why ``got`` is not ``want`` within tolerance, or ``""``. ``values=False`` compares
-    dtypes and shapes only (ops that are not ``foldable``: random generators)."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.dtype != want.dtype:
-        return f"dtype {got.dtype}, reference {want.dtype}"
-    if got.shape != want.shape:
-        return f"shape {format_shape(got.shape)}, reference {format_shape(want.shape)}"
-    if not values:
-        return ""
-    if want.dtype.kind in "fc":
-        wide = np.complex128 if want.dtype.kind == "c" else np.float64
-        g, w = got.astype(wide), want.astype(wide)
-        bad = ~np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
-        tolerance = f" beyond rtol={rtol:g}, atol={atol:g}"
-    else:
-        g, w = got, want
-        bad = got.view(np.uint8) != want.view(np.uint8) if want.dtype == bool else got != want
-        tolerance = ""
-    if not bad.any():
-        return ""
-    first = tuple(int(i) for i in np.argwhere(bad)[0])
-    text = (f"{int(bad.sum())} of {bad.size} elements differ{tolerance}; first at index {first}: "
-            f"got {np.asarray(g[first]).item()!r}, reference {np.asarray(w[first]).item()!r}")
-    if want.dtype.kind in "fc":
-        with np.errstate(invalid="ignore"):
-            text += f"; max |difference| {np.nanmax(np.abs(g - w)):.3g}"
-    return text
-
-
-def json_problems(value, path: str) -> list[str]:
-    """Where ``value`` is not plain JSON data (strict: no NaN, str keys, no NumPy types)."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return []
-    if isinstance(value, float):
-        return [] if np.isfinite(value) else [f"{path} is {value!r}, which JSON cannot hold"]
-    if isinstance(value, dict):
-        problems = []
-        for key, item in value.items():
-            if not isinstance(key, str):
-                problems.append(f"{path} has the key {key!r} ({type(key).__name__}); JSON keys are str")
-            problems += json_problems(item, f"{path}[{key!r}]")
-        return problems
-    if isinstance(value, (list, tuple)):
-        return [p for i, item in enumerate(value) for p in json_problems(item, f"{path}[{i}]")]
-    return [f"{path} is a {type(value).__module__}.{type(value).__name__}"]
-
-
-def _json_round_trip(value):
-    return json.loads(json.dumps(value, allow_nan=False))
-
-
-def canonical_json(value) -> str:
-    """A mapping as sorted JSON text (its ``repr`` when it is not JSON-safe), for equality."""
-    try:
-        return json.dumps(dict(value), sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _same_value(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
-def plan_pickles(blob: bytes) -> list[str]:
-    """Pickle streams in plan bytes: a pickle instead of a plan, or in its header or arrays."""
-    from plugrt.engine.plan_file import decode_plan
-
-    if blob[:1] == b"\x80" and find_pickles(blob):
-        return ["the file is a pickle"]
-    try:
-        header, arrays = decode_plan(blob)
-    except PlugrtError as exc:
-        return [f"unreadable ({exc})"]
-    return [f"header {where}" for where in find_pickles(header)] + \
-           [f"array {where}" for where in find_pickles(arrays)]
-
-
-__all__ = ["CHECKS", "ExampleRun", "canonical_json", "compare", "json_problems", "plan_pickles"]
+__all__ = ["CHECKS", "ExampleRun"]

@@ -105,6 +105,18 @@ def _bytes_of(contents: np.ndarray, dtype: np.dtype, shape: tuple) -> np.ndarray
     return array.reshape(-1).view(np.uint8) if array.size else np.zeros(0, np.uint8)
 
 
+@dataclass(frozen=True)
+class Violation:
+    """A tactic touched memory it must not: which buffer, how, and the details."""
+
+    #: The buffer's label (``"output 0"``, ``"workspace"``), ``""`` for an array the tactic made.
+    buffer: str
+    #: ``"pad"`` (a guard region written), ``"out-of-bounds"`` (the simulator's bounds
+    #: check), or ``"modified"`` (an input written).
+    kind: str
+    message: str
+
+
 @dataclass
 class GuardedRun:
     """What one tactic did on guarded buffers."""
@@ -114,10 +126,7 @@ class GuardedRun:
     replay_outputs: list[np.ndarray] | None = None
     #: ``(phase, exception)`` when ``launches()``, a launch or the replay raised.
     error: tuple[str, BaseException] | None = None
-    #: Guard-region violations, inputs written and out-of-bounds accesses, by buffer.
-    violations: list[str] = field(default_factory=list)
-    #: Whether a violation concerns the workspace (the fix differs).
-    workspace_overflow: bool = False
+    violations: list[Violation] = field(default_factory=list)
 
 
 def run_guarded(tactic, inputs: Sequence[np.ndarray | None], replay_inputs: Sequence[np.ndarray | None],
@@ -167,15 +176,13 @@ def run_guarded(tactic, inputs: Sequence[np.ndarray | None], replay_inputs: Sequ
         access = _simulator_access(exc, buffers)
         if access is not None:
             buffer, text = access
-            result.violations.append(text)
-            result.workspace_overflow = buffer is workspace
+            result.violations.append(Violation(buffer.label if buffer is not None else "", "out-of-bounds", text))
         else:
             result.error = (phase, exc)
     for buffer in buffers:
         damage = buffer.damage(buffer.read()[0])
         if damage:
-            result.violations.append(f"{buffer.describe()}: {damage}")
-            result.workspace_overflow = result.workspace_overflow or buffer is workspace
+            result.violations.append(Violation(buffer.label, "pad", f"{buffer.describe()}: {damage}"))
     return result
 
 
@@ -186,8 +193,9 @@ def _check_inputs(ins: list, arrays: Sequence, result: GuardedRun, when: str) ->
         interior = buffer.read()[1]
         same = np.array_equal(interior.reshape(-1).view(np.uint8), _bytes_of(array, buffer.dtype, buffer.shape))
         if not same:
-            result.violations.append(f"{buffer.describe()} was modified during {when}; tactics must treat "
-                                     "inputs as read-only (weights are shared by every execution context)")
+            result.violations.append(Violation(buffer.label, "modified", f"{buffer.describe()} was modified "
+                                               f"during {when}; tactics must treat inputs as read-only (weights "
+                                               "are shared by every execution context)"))
 
 
 def _simulator_access(exc: BaseException, buffers: list[GuardedBuffer]) -> tuple[GuardedBuffer | None, str] | None:

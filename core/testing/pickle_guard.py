@@ -207,3 +207,17 @@ def find_pickles(value, path: str = "") -> list[str]:
         for index, item in enumerate(value):
             found += find_pickles(item, f"{path}[{index}]")
     return found
+
+
+def plan_pickles(blob: bytes) -> list[str]:
+    """Pickle streams in plan bytes: a pickle instead of a plan, or in its header or arrays."""
+    from plugrt.engine.plan_file import decode_plan
+
+    if is_pickle_stream(blob):
+        return ["the file is a pickle"]
+    try:
+        header, arrays = decode_plan(blob)
+    except PlugrtError as exc:
+        return [f"unreadable ({exc})"]
+    return [f"header {where}" for where in find_pickles(header)] + \
+           [f"array {where}" for where in find_pickles(arrays)]

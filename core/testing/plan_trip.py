@@ -17,7 +17,7 @@ import re
 import tempfile
 from dataclasses import replace
 
-from plugrt.testing.example_run import canonical_json, compare
+from plugrt.testing.comparison import canonical_json, compare
 
 _HINT = "a plan must rebuild exactly this node and tactic; see the message"
 
@@ -30,14 +30,14 @@ def plan_round_trips(run) -> tuple[list, list[tuple[str, bytes]]]:
     plans: list[tuple[str, bytes]] = []
     config = BuilderConfig(fusion=False, optimization_level=0, progress=False)
     try:
-        with run._watch("plan build"):
+        with run.watch("plan build"):
             engine = Builder(run.registry).build_engine(run.model, config)
     except Exception as exc:
         return [run.failure("plan", f"the builder failed on the example: {type(exc).__name__}: {exc}", _HINT)], plans
-    tactics, _ = run._tactics()
+    tactics, _ = run.tactic_list()
     position = _layer_of(engine, run.node)
     variants = [(t.name, t) for t in tactics] if position is not None and tactics else [("", None)]
-    original, _ = run._serialized(run.node)
+    original, _ = run.serialized(run.node)
     with _plan_folder(run.plan_dir) as folder:
         for number, (name, tactic) in enumerate(variants):
             path = os.path.join(folder, f"{_safe(run.op_label)}-{run.index}-{number}.plan")
@@ -51,23 +51,25 @@ def _round_trip(run, engine, path: str, name: str, tactic, position, original, p
 
     phase = "plan save"
     try:
-        with run._watch(phase):
+        with run.watch(phase):
             engine.save(path)
         with open(path, "rb") as f:
             plans.append((f"tactic {name!r}" if name else "the built engine", f.read()))
         phase = "plan load"
-        with run._watch(phase):
+        with run.watch(phase):
             loaded = Engine.load(path, registry=run.registry)
         phase = "plan execute"
-        with run._watch(phase):
+        with run.watch(phase):
             context = loaded.create_execution_context()
             got = context.execute(run.feeds)
     except Exception as exc:
-        return [run.failure("plan", f"{phase} raised {type(exc).__name__}: {exc}", _HINT, name)]
+        hint = ("the engine runs the tactic on views of its arena and workspace, as the kit's own runs do: "
+                "see this example's guards and tactics checks") if phase == "plan execute" else _HINT
+        return [run.failure("plan", f"{phase} raised {type(exc).__name__}: {exc}", hint, name)]
     failures = []
     if tactic is not None:
         failures += _identity_failures(run, loaded, context, position, tactic)
-    rtol, atol = run._tolerance(tactic) if tactic is not None else (run.example.rtol, run.example.atol)
+    rtol, atol = run.tolerance(tactic) if tactic is not None else (run.example.rtol, run.example.atol)
     for i, (output, want) in enumerate(zip(run.node.outputs, run.expected)):
         problem = compare(got[output], want, rtol, atol, values=run.op.foldable)
         if problem:
@@ -75,7 +77,7 @@ def _round_trip(run, engine, path: str, name: str, tactic, position, original, p
                                         f"reference: {problem}", _HINT, name))
     node = loaded.graph.nodes[loaded.layers[position].node_index] if position is not None else None
     if node is not None and isinstance(original, dict):
-        again, error = run._serialized(node)
+        again, error = run.serialized(node)
         if error or canonical_json(again) != canonical_json(original):
             failures.append(run.failure("plan", "serialize() of the node loaded from the plan differs from the "
                                         f"original's ({error or again!r} vs {original!r})",
