@@ -1,0 +1,471 @@
+"""The fused attention kernel: one launch, shared-memory tiles, online softmax.
+
+Each block owns ``bq`` query rows of one (batch, head) and walks the keys in tiles of
+``bk`` (flash-attention style). It stages its Q tile once (pre-multiplied by
+``scale``), then per key tile stages K and V in shared memory, computes the
+``bq x bk`` scores into registers, adds the mask, updates each row's running maximum
+``m`` and rescales the output accumulator by ``exp(m_old - m_new)``, writes
+``P = exp(s - m_new)`` to shared memory (over K's words) and accumulates ``O += P V``. The
+Sq x Sk score matrix never exists beyond one tile; one launch does it all.
+
+Threads form a ``ty x tx`` grid and hold register tiles: thread ``(y, x)`` owns query
+rows ``y + ty * i``, keys ``x + tx * j`` of each tile, and output columns in strips of
+four. Both products read shared memory four words at a time along their contraction
+axis (16-byte vector loads in the ``vector`` tactics), so a warp's reads are broadcasts
+or conflict-free. A row's maximum is combined across its ``tx`` threads through a small
+shared table; its running sum stays a per-thread partial (all partials are rescaled by
+the same factors) and is combined once at the end.
+
+Rows whose scores are all ``-inf`` give NaN, as the reference softmax does. Compute is
+float32 for float16 and float32 tensors. Shapes: Q ``[B, H, Sq, D]``, K ``[Bk, Hk, Sk,
+D]``, V ``[Bv, Hv, Sk, Dv]`` (``Bk, Bv`` in ``{1, B}``, ``Hk, Hv`` in ``{1, H}``), mask
+broadcastable to ``[B, H, Sq, Sk]``; all C-contiguous.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import float32, from_dtype
+
+from plugrt.kernels import cuda, flat, jit, to_device
+from plugrt.tactic import Launch, Tactic
+
+#: Largest dynamic shared memory a block may ask for on sm_90 (227 KiB); the engine's
+#: launcher opts kernels above 48 KiB in.
+MAX_SHARED_BYTES = 227 * 1024
+#: Largest grid (blocks along x).
+MAX_BLOCKS = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class FlashConfig:
+    """A block of ``bq`` query rows, key tiles of ``bk``, a ``ty x tx`` thread grid, and
+    whether shared-memory operands are read 16 bytes at a time (``vector``) or as four
+    scalars (the same kernel otherwise; the simulator runs only the scalar form)."""
+
+    bq: int
+    bk: int
+    ty: int
+    tx: int
+    vector: bool = True
+    #: Ask ptxas for registers enough for this many resident blocks per SM (0: no bound).
+    min_blocks: int = 0
+
+    @property
+    def threads(self) -> int:
+        return self.ty * self.tx
+
+    @property
+    def rows(self) -> int:
+        """Query rows per thread."""
+        return self.bq // self.ty
+
+    @property
+    def cols(self) -> int:
+        """Score columns per thread."""
+        return self.bk // self.tx
+
+    @property
+    def name(self) -> str:
+        bound = f"_b{self.min_blocks}" if self.min_blocks else ""
+        return f"flash{self.bq}x{self.bk}_t{self.ty}x{self.tx}{'' if self.vector else '_scalar'}{bound}"
+
+    def params(self) -> dict:
+        return {"bq": self.bq, "bk": self.bk, "ty": self.ty, "tx": self.tx, "vector": self.vector,
+                "min_blocks": self.min_blocks}
+
+    def check(self) -> None:
+        if not (self.bq % self.ty == 0 and self.bk % self.tx == 0 and self.bk % 4 == 0
+                and self.tx in (4, 8, 16, 32) and self.threads <= 1024):
+            raise ValueError(f"attention tile {self}: bq must divide by ty, bk by tx and by 4, tx be 4, 8, 16 "
+                             "or 32, and a block at most 1024 threads")
+
+    def layout(self, d: int, dv: int) -> "SharedLayout":
+        return SharedLayout.of(self, d, dv)
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """Offsets and leading dimensions (float32 words) of the block's shared memory, all
+    row-major: ``Qs[r * ldq + d]``, ``Ks[c * ldk + d]`` (its words reused for
+    ``Ps[r * ldp + c]`` once the scores are in registers), ``Vs[c * ldv + dv]``, and
+    ``Red[x * ldr + r]`` (per-thread-column row partials). Head dims are padded with zeros
+    to whole 4-word vectors (``dv`` to whole thread strips); every vector read is 16-byte
+    aligned. ``ldk`` (an odd number of vectors) spreads a quarter warp's K rows over all
+    banks; ``ldp`` and ``ldr`` make a warp's scalar P and partial stores conflict-free.
+    """
+
+    d4: int
+    ldq: int
+    ldk: int
+    ldp: int
+    ldv: int
+    ldr: int
+    q_at: int
+    kp_at: int
+    v_at: int
+    red_at: int
+    words: int
+
+    @classmethod
+    def of(cls, config: FlashConfig, d: int, dv: int) -> "SharedLayout":
+        d4 = _round_up(max(d, 1), 4)
+        ldq = d4
+        ldk = d4 + 4 if (d4 // 4) % 2 == 0 else d4
+        ldp = _round_up(config.bk, 32) + config.tx % 32
+        ldv = _round_up(max(dv, 1), 4 * config.tx)
+        ldr = _round_up(config.bq, 32) + 32 // config.tx
+        q_words = config.bq * ldq
+        kp_words = max(config.bk * ldk, config.bq * ldp)
+        v_words = config.bk * ldv
+        q_at = 0
+        kp_at = q_at + q_words
+        v_at = kp_at + kp_words
+        red_at = v_at + v_words
+        return cls(d4, ldq, ldk, ldp, ldv, ldr, q_at, kp_at, v_at, red_at, red_at + config.tx * ldr)
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.words
+
+
+@functools.lru_cache(maxsize=None)
+def shared_load4(vector: bool):
+    """``load4(smem, i)``: ``smem[i : i + 4]`` of a float32 array as four values; with
+    ``vector`` one 16-byte load (``i`` a multiple of 4, the data 16-byte aligned), else four
+    scalar loads (and always in the simulator, which runs no LLVM intrinsics)."""
+    from plugrt.device import simulated
+
+    if not vector or simulated():
+        one, two, three = np.uint64(1), np.uint64(2), np.uint64(3)
+
+        @jit(device=True)
+        def load4(smem, i):
+            return smem[i], smem[i + one], smem[i + two], smem[i + three]
+
+        return load4
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    vec = ir.VectorType(ir.FloatType(), 4)
+
+    @intrinsic
+    def load4(typingctx, array, index):
+        if not (isinstance(array, types.Array) and array.dtype == types.float32 and array.ndim == 1
+                and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            offset = context.cast(builder, args[1], sig.args[1], types.uint64)
+            address = builder.bitcast(builder.gep(data, [offset]), ir.PointerType(vec))
+            value = builder.load(address, align=16)
+            items = [builder.extract_element(value, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, items)
+
+        return types.UniTuple(types.float32, 4)(array, index), codegen
+
+    return load4
+
+
+@functools.lru_cache(maxsize=None)
+def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool):
+    """The attention kernel for one tile configuration, head sizes, dtype and shape class.
+
+    Arguments: ``(out, q, k, v, mask, sq, sk, heads, k_sb, k_sh, v_sb, v_sh, m_sb, m_sh,
+    m_sq, m_sk, qscale)``: flat arrays, the sequence lengths and head count, element
+    strides of K's and V's batch and head (0 where broadcast) and of the mask's four axes
+    (0 where broadcast), and ``scale``. Grid: one block per (query tile,
+    batch x head), the query tile fastest; dynamic shared memory ``layout.nbytes``.
+    ``even_q``/``even_k``: Sq (Sk) is a multiple of ``bq`` (``bk``), so no bounds checks.
+
+    Thread ``(y, x)`` owns query rows ``y + ty * i``, score columns (keys) ``x + tx * j``
+    and output columns in strips of 4: ``4 * x + (j % 4) + 4 * tx * (j // 4)``. Scores read
+    Q and K rows four head dims at a time; ``O += P V`` reads P rows and V rows four keys
+    at a time.
+    """
+    config.check()
+    BQ, BK, TY, TX = config.bq, config.bk, config.ty, config.tx
+    RM, RN = config.rows, config.cols
+    lay = config.layout(d, dv)
+    RD = lay.ldv // TX                      # output columns per thread, whole strips of 4
+    NT = config.threads
+    D, DV = d, dv
+    LDQ, LDK, LDV = lay.ldq, lay.ldk, lay.ldv
+    Q_ELEMS, K_ELEMS, V_ELEMS = BQ * LDQ, BK * LDK, BK * LDV
+    SCORES, OUTS, KVEC, VVEC = RM * RN, RM * RD, 4 * RN, 4 * RD   # register tiles (constant sizes)
+    out_type = from_dtype(np.dtype(dtype_name))
+    load4 = shared_load4(config.vector)
+    U = np.uint64
+    # Unsigned shared-memory indices: no negative-index wraparound code in the hot loops.
+    U4, UTX, UTY, URD, URM, URN = U(4), U(TX), U(TY), U(RD), U(RM), U(RN)
+    ULDQ, ULDK, ULDP, ULDV, ULDR = U(lay.ldq), U(lay.ldk), U(lay.ldp), U(lay.ldv), U(lay.ldr)
+    UQ_AT, UKP_AT, UV_AT, URED_AT = U(lay.q_at), U(lay.kp_at), U(lay.v_at), U(lay.red_at)
+    UD_STEPS, UK_STEPS, USTRIPS = U(lay.d4 // 4), U(BK // 4), U(RD // 4)
+    UROW_STEP, UCOL_STEP, USTRIP_STEP = U(TY), U(TX), U(4 * TX)
+    minus_inf = float32(-np.inf)
+    zero = float32(0.0)
+    one = float32(1.0)
+
+    def kernel(out, q, k, v, mask, sq, sk, heads, k_sb, k_sh, v_sb, v_sh, m_sb, m_sh, m_sq, m_sk, qscale):
+        smem = cuda.shared.array(0, float32)
+        s = cuda.local.array(SCORES, float32)     # this tile's scores, then exponents
+        acc = cuda.local.array(OUTS, float32)     # output rows, unnormalized
+        m = cuda.local.array(RM, float32)         # running row maxima
+        lsum = cuda.local.array(RM, float32)      # running partial row sums
+        kv = cuda.local.array(KVEC, float32)      # 4 head dims of this thread's keys
+        vv = cuda.local.array(VVEC, float32)      # this thread's strips of 4 V rows
+        tid = cuda.threadIdx.x
+        tx = tid % TX
+        ty = tid // TX
+        utx = U(tx)
+        uty = U(ty)
+        qtiles = (sq + BQ - 1) // BQ
+        block = cuda.blockIdx.x
+        bh = block // qtiles
+        q0 = (block - bh * qtiles) * BQ
+        b = bh // heads
+        h = bh - b * heads
+        q_base = (bh * sq + q0) * D
+        k_base = b * k_sb + h * k_sh
+        v_base = b * v_sb + h * v_sh
+        m_base = b * m_sb + h * m_sh
+
+        for e in range(tid, Q_ELEMS, NT):  # the Q tile, pre-scaled, head dims zero-padded
+            r = e // LDQ
+            col = e - r * LDQ
+            value = zero
+            if col < D and (even_q or q0 + r < sq):
+                value = float32(q[q_base + r * D + col]) * qscale
+            smem[UQ_AT + U(e)] = value
+        for i in range(RM):
+            m[i] = minus_inf
+            lsum[i] = zero
+            for j in range(RD):
+                acc[i * RD + j] = zero
+
+        ktiles = (sk + BK - 1) // BK
+        for kt in range(ktiles):
+            k0 = kt * BK
+            for e in range(tid, K_ELEMS, NT):  # K tile
+                c = e // LDK
+                col = e - c * LDK
+                value = zero
+                if col < D and (even_k or k0 + c < sk):
+                    value = float32(k[k_base + (k0 + c) * D + col])
+                smem[UKP_AT + U(e)] = value
+            for e in range(tid, V_ELEMS, NT):  # V tile
+                c = e // LDV
+                col = e - c * LDV
+                value = zero
+                if col < DV and (even_k or k0 + c < sk):
+                    value = float32(v[v_base + (k0 + c) * DV + col])
+                smem[UV_AT + U(e)] = value
+            cuda.syncthreads()
+
+            for i in range(SCORES):
+                s[i] = zero
+            for step in range(UD_STEPS):  # S = Q K^T, 4 head dims per step
+                dd = step * U4
+                for j in range(URN):
+                    k_at = UKP_AT + (utx + j * UCOL_STEP) * ULDK + dd
+                    kv[j * U4], kv[j * U4 + U(1)], kv[j * U4 + U(2)], kv[j * U4 + U(3)] = load4(smem, k_at)
+                for i in range(URM):
+                    a0, a1, a2, a3 = load4(smem, UQ_AT + (uty + i * UROW_STEP) * ULDQ + dd)
+                    for j in range(URN):
+                        x = s[i * URN + j]
+                        x += a0 * kv[j * U4]
+                        x += a1 * kv[j * U4 + U(1)]
+                        x += a2 * kv[j * U4 + U(2)]
+                        x += a3 * kv[j * U4 + U(3)]
+                        s[i * URN + j] = x
+
+            for i in range(RM):  # mask, bounds, this thread's part of the tile row maxima
+                row = q0 + ty + TY * i
+                peak = minus_inf
+                for j in range(RN):
+                    c = k0 + tx + TX * j
+                    value = s[i * RN + j]
+                    if even_k or c < sk:
+                        if has_mask and (even_q or row < sq):
+                            value += float32(mask[m_base + row * m_sq + c * m_sk])
+                    else:
+                        value = minus_inf
+                    s[i * RN + j] = value
+                    if value > peak:
+                        peak = value
+                smem[URED_AT + utx * ULDR + uty + U(i) * UROW_STEP] = peak
+            cuda.syncthreads()  # K is dead from here: its words hold P
+
+            for i in range(RM):  # new maxima, rescale, exponents into P
+                r = uty + U(i) * UROW_STEP
+                peak = m[i]
+                for t in range(UTX):
+                    value = smem[URED_AT + t * ULDR + r]
+                    if value > peak:
+                        peak = value
+                shift = peak if peak != minus_inf else zero  # a row with no finite score yet
+                alpha = math.exp(m[i] - shift)
+                m[i] = peak
+                total = lsum[i] * alpha
+                for j in range(RD):
+                    acc[i * RD + j] *= alpha
+                for j in range(RN):
+                    p = math.exp(s[i * RN + j] - shift)
+                    total += p
+                    smem[UKP_AT + r * ULDP + utx + U(j) * UCOL_STEP] = p
+                lsum[i] = total
+            cuda.syncthreads()
+
+            for step in range(UK_STEPS):  # O += P V, 4 keys per step
+                cc = step * U4
+                for u in range(U4):
+                    v_at = UV_AT + (cc + u) * ULDV + utx * U4
+                    for j4 in range(USTRIPS):
+                        at = u * URD + j4 * U4
+                        vv[at], vv[at + U(1)], vv[at + U(2)], vv[at + U(3)] = load4(smem, v_at + j4 * USTRIP_STEP)
+                for i in range(URM):
+                    p0, p1, p2, p3 = load4(smem, UKP_AT + (uty + i * UROW_STEP) * ULDP + cc)
+                    for j in range(URD):
+                        x = acc[i * URD + j]
+                        x += p0 * vv[j]
+                        x += p1 * vv[URD + j]
+                        x += p2 * vv[U(2) * URD + j]
+                        x += p3 * vv[U(3) * URD + j]
+                        acc[i * URD + j] = x
+            cuda.syncthreads()  # the next tile overwrites K, P and V
+
+        for i in range(RM):  # combine the partial row sums, normalize, store
+            smem[URED_AT + utx * ULDR + uty + U(i) * UROW_STEP] = lsum[i]
+        cuda.syncthreads()
+        for i in range(RM):
+            r = uty + U(i) * UROW_STEP
+            total = zero
+            for t in range(UTX):
+                total += smem[URED_AT + t * ULDR + r]
+            inv = one / total
+            row = q0 + ty + TY * i
+            if even_q or row < sq:
+                o_base = (bh * sq + row) * DV
+                for j in range(RD):
+                    col = 4 * tx + (j % 4) + 4 * TX * (j // 4)
+                    if col < DV:
+                        out[o_base + col] = out_type(acc[i * RD + j] * inv)
+
+    kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}_{dtype_name}{'_mask' if has_mask else ''}"
+                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}")
+    if config.min_blocks:
+        return jit(kernel, launch_bounds=(NT, config.min_blocks))
+    return jit(kernel)
+
+
+# --------------------------------------------------------------------------- tactics
+
+
+#: GPU configurations, safest first (fewest registers and shared memory), then the
+#: ones expected fastest at BERT-like sizes (head size 64, a few hundred tokens).
+GPU_CONFIGS: tuple[FlashConfig, ...] = (
+    FlashConfig(64, 64, 8, 16, vector=False),   # scalar shared loads: the plain-Numba reference
+    FlashConfig(64, 64, 8, 16),                 # 128 threads, 8 x 4 scores, 8 x 4 outputs (Dv 64)
+    FlashConfig(64, 64, 16, 16, min_blocks=2),  # 256 threads, 4 x 4 scores, 4 x 4 outputs
+    FlashConfig(32, 64, 4, 16),                 # 64 threads, 8 x 4 scores, 8 x 4 outputs
+    FlashConfig(128, 64, 16, 16),               # 256 threads, 8 x 4 scores, 8 x 4 outputs
+)
+#: The simulator runs every thread as a Python thread: tiny tiles, few threads, the same code.
+SIM_CONFIGS: tuple[FlashConfig, ...] = (
+    FlashConfig(4, 4, 2, 4, vector=False),
+    FlashConfig(8, 8, 2, 4),
+)
+
+
+def configs() -> tuple[FlashConfig, ...]:
+    from plugrt.device import simulated
+
+    return SIM_CONFIGS if simulated() else GPU_CONFIGS
+
+
+@dataclass(frozen=True)
+class AttentionShapes:
+    """The concrete problem: Q ``[b, h, sq, d]``, K/V ``[.., sk, d / dv]``, broadcast strides."""
+
+    b: int
+    h: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+    k_strides: tuple[int, int]
+    v_strides: tuple[int, int]
+    mask_strides: tuple[int, int, int, int] | None
+
+    @classmethod
+    def of(cls, q_shape, k_shape, v_shape, mask_shape=None) -> "AttentionShapes":
+        b, h, sq, d = (int(x) for x in q_shape)
+        sk, dv = int(k_shape[2]), int(v_shape[3])
+
+        def lead_strides(shape):
+            rows = int(shape[2]) * int(shape[3])
+            return (int(shape[1]) * rows if int(shape[0]) != 1 else 0, rows if int(shape[1]) != 1 else 0)
+
+        mask = None
+        if mask_shape is not None:
+            full = (1,) * (4 - len(mask_shape)) + tuple(int(x) for x in mask_shape)
+            strides, step = [0, 0, 0, 0], 1
+            for axis in range(3, -1, -1):
+                strides[axis] = step if full[axis] != 1 else 0
+                step *= full[axis]
+            mask = tuple(strides)
+        return cls(b, h, sq, sk, d, dv, lead_strides(k_shape), lead_strides(v_shape), mask)
+
+
+def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: float) -> Tactic | None:
+    """One tactic of the fused kernel, or ``None`` when the tile's shared memory does not fit."""
+    config.check()
+    lay = config.layout(shapes.d, shapes.dv)
+    if lay.nbytes > MAX_SHARED_BYTES:
+        return None
+    dtype_name = np.dtype(dtype).name
+    has_mask = shapes.mask_strides is not None
+    even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
+    kernel = flash_kernel(config, shapes.d, shapes.dv, dtype_name, has_mask, even_q, even_k)
+    blocks = shapes.b * shapes.h * -(-shapes.sq // config.bq)
+    mask_strides = shapes.mask_strides or (0, 0, 0, 0)
+    qscale = np.float32(scale)
+
+    def launches(ins, outs, workspace):
+        if blocks == 0 or shapes.dv == 0:
+            return []
+        q, k, v = (flat(x) for x in ins[:3])
+        mask = flat(ins[3]) if has_mask else to_device(np.zeros(1, dtype_name))
+        if shapes.sk == 0:
+            raise ValueError("attention over zero keys is undefined (a softmax of nothing)")
+        args = (flat(outs[0]), q, k, v, mask, np.int64(shapes.sq), np.int64(shapes.sk), np.int64(shapes.h),
+                np.int64(shapes.k_strides[0]), np.int64(shapes.k_strides[1]),
+                np.int64(shapes.v_strides[0]), np.int64(shapes.v_strides[1]),
+                *(np.int64(s) for s in mask_strides), qscale)
+        return [Launch(kernel, blocks, config.threads, args, lay.nbytes)]
+
+    return Tactic(config.name, launches, config.params())
+
+
+def attention_tactics(shapes: AttentionShapes, dtype, scale: float, candidates=None) -> list[Tactic]:
+    """The fused kernel's tactics for a problem, in preference order (see :data:`GPU_CONFIGS`)."""
+    blocks_per_tile = shapes.b * shapes.h
+    tactics = []
+    for config in candidates or configs():
+        if blocks_per_tile * -(-shapes.sq // config.bq) > MAX_BLOCKS:
+            continue
+        tactic = flash_tactic(config, shapes, dtype, scale)
+        if tactic is not None:
+            tactics.append(tactic)
+    return tactics
