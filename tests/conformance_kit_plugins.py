@@ -2,13 +2,16 @@
 
 ``AxpyShift`` (domain ``com.example.kit``) computes ``y = x * alpha + b`` for float32
 ``x`` and ``b`` of one shape. It has two tactics: ``direct`` (one kernel) and ``staged``
-(``x * alpha`` into the workspace, then the add), so the kit sees a workspace in use.
+(``x * alpha`` into the workspace, then the add), so the kit sees a workspace in use. It is
+an ``ANCHOR``: given an epilogue, both apply it before the store (the planted bugs stay in
+the tactics without one, except ``epilogue_skipped``).
 ``AxpyShift(bug)`` plants one bug from :data:`BUGS`; ``plugin_module(bug)`` wraps it as a
 plugin module (an object with a ``plugrt_ops`` hook), ready for ``Registry.register``.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 import types
 from pickle import dumps as _bound_dumps  # bound at import: escapes the kit's patch
@@ -18,7 +21,7 @@ import numpy as np
 from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo
+from plugrt.plugin import ANCHOR, Attr, Example, OpPlugin, TensorInfo
 from plugrt.tactic import Launch, Tactic
 
 BUGS = (
@@ -34,6 +37,7 @@ BUGS = (
     "smuggled_pickle",       # serialize: a pickle (from a pre-bound dumps) as latin-1 text
     "host_table",            # a third tactic bakes x * alpha, read on the host, into its launch
     "tuple_params",          # direct: params {"tile": (8, 1)}, which JSON turns into a list
+    "epilogue_skipped",      # direct with an epilogue: stores the value without applying it
     "no_examples",           # examples() claims nothing
 )
 
@@ -81,6 +85,26 @@ def _add(scratch, b, y, n):
         y[i] = scratch[i] + b[i]
 
 
+@functools.lru_cache(maxsize=None)
+def _axpy_then(fn):
+    @jit
+    def axpy_then(x, b, y, alpha, n, operands):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for i in range(start, n, stride):
+            y[i] = fn(x[i] * alpha + b[i], i, operands)
+    return axpy_then
+
+
+@functools.lru_cache(maxsize=None)
+def _add_then(fn):
+    @jit
+    def add_then(scratch, b, y, n, operands):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for i in range(start, n, stride):
+            y[i] = fn(scratch[i] + b[i], i, operands)
+    return add_then
+
+
 class AxpyShift(OpPlugin):
     """``y = x * alpha + b``, float32, ``x`` and ``b`` of one shape."""
 
@@ -89,6 +113,7 @@ class AxpyShift(OpPlugin):
     attributes = (Attr("alpha", "float", 1.0),)
     inputs = (2, 2)
     dtypes = frozenset({np.dtype(np.float32)})
+    groups = frozenset({ANCHOR})
 
     def __init__(self, bug: str = "none"):
         assert bug in BUGS, bug
@@ -132,9 +157,12 @@ class AxpyShift(OpPlugin):
 
     # ------------------------------------------------------------------ tactics
 
-    def tactics(self, node, inputs, outputs):
+    def tactics(self, node, inputs, outputs, epilogue=None):
         n = int(np.prod(outputs[0].shape))
         alpha = np.float32(node.attrs["alpha"])
+        if epilogue is not None:
+            return [Tactic("direct", self._direct_then(n, alpha, epilogue)),
+                    Tactic("staged", self._staged(n, alpha, epilogue), {"stages": 2}, workspace_bytes=4 * n)]
         params = {"tile": (8, 1)} if self.bug == "tuple_params" else {"tile": [8, 1]}
         tactics = [Tactic("direct", self._direct(n, alpha), params),
                    Tactic("staged", self._staged(n, alpha), {"stages": 2}, workspace_bytes=4 * n)]
@@ -153,12 +181,24 @@ class AxpyShift(OpPlugin):
             return [Launch(kernel, blocks, threads, (flat(ins[0]), flat(ins[1]), flat(outs[0]), alpha, np.int64(n)))]
         return launches
 
-    def _staged(self, n, alpha):
+    def _direct_then(self, n, alpha, epilogue):
+        def launches(ins, outs, workspace):
+            blocks, threads = grid_1d(n)
+            args = (flat(ins[0]), flat(ins[1]), flat(outs[0]), alpha, np.int64(n))
+            if self.bug == "epilogue_skipped":
+                return [Launch(_axpy, blocks, threads, args)]
+            return [Launch(_axpy_then(epilogue.fn), blocks, threads, args + (epilogue.arguments(ins),))]
+        return launches
+
+    def _staged(self, n, alpha, epilogue=None):
         def launches(ins, outs, workspace):
             scratch = workspace.view(np.float32)
             blocks, threads = grid_1d(n)
-            return [Launch(_scale, blocks, threads, (flat(ins[0]), scratch, alpha, np.int64(n))),
-                    Launch(_add, blocks, threads, (scratch, flat(ins[1]), flat(outs[0]), np.int64(n)))]
+            first = Launch(_scale, blocks, threads, (flat(ins[0]), scratch, alpha, np.int64(n)))
+            args = (scratch, flat(ins[1]), flat(outs[0]), np.int64(n))
+            if epilogue is None:
+                return [first, Launch(_add, blocks, threads, args)]
+            return [first, Launch(_add_then(epilogue.fn), blocks, threads, args + (epilogue.arguments(ins),))]
         return launches
 
     def _table(self, n, alpha):

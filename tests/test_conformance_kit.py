@@ -70,6 +70,7 @@ PLANTED = {
     "host_table": ("tactics", "table", "replayed on new inputs", {"tactics", "plan"}),
     "tuple_params": ("tactics", "direct", "change through JSON", {"tactics", "plan"}),
     "no_examples": ("claims", "", "claims nothing", {"claims"}),
+    "epilogue_skipped": ("tactics", "direct+epilogue", "differs from the reference", {"tactics"}),
 }
 
 

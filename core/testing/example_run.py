@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -157,7 +158,7 @@ class ExampleRun:
         return feeds
 
     def _reference(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        args = self._inputs(feeds)
+        args = self.node_inputs(feeds)
         try:
             with self.watch("reference()"), np.errstate(all="ignore"):
                 results = [np.asarray(r) for r in self.op.reference(self.node, args)]
@@ -169,7 +170,7 @@ class ExampleRun:
                                f"{len(self.node.outputs)}", "return one array per node output")
         return results[:len(self.node.outputs)]
 
-    def _inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
+    def node_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray | None]:
         """The node's input arrays: ``feeds`` for runtime inputs, initializers for constants."""
         env = dict(self.graph.initializers())
         env.update(feeds)
@@ -257,12 +258,12 @@ class ExampleRun:
         if not found and not failures:
             failures.append(self.failure("tactics", "the plugin claims this example but offers no CUDA tactic "
                                          "for it", "return a Tactic from tactics() for these inputs, or drop the example"))
-        runnable = [t for t in found if self._declared_well(t, failures)]
+        runnable = [t for t in found if self.declared_well(t, failures)]
         failures += self._tactic_declarations(runnable)
         self._memo["tactics"] = (runnable, failures)
         return runnable, failures
 
-    def _declared_well(self, tactic, failures: list) -> bool:
+    def declared_well(self, tactic, failures: list) -> bool:
         """Whether the kit can run ``tactic`` at all (a name, a params mapping, a workspace size)."""
         ws = tactic.workspace_bytes
         label = str(tactic.name)
@@ -299,14 +300,27 @@ class ExampleRun:
                 failures.append(self.failure("tactics", f"math is {tactic.math!r}", 'use "" or "tf32"', tactic.name))
         return failures
 
-    def _guarded(self, tactic):
-        key = f"run/{id(tactic)}"
-        if key not in self._memo:
+    def variants(self) -> tuple[list["Variant"], list[Failure]]:
+        """What the tactics and guards checks run: every tactic on the example, and for an
+        ``ANCHOR`` op every tactic it offers with an epilogue (:mod:`plugrt.testing.epilogue`)."""
+        if "variants" not in self._memo:
+            from plugrt.testing.epilogue import epilogue_variants
+
+            tactics, failures = self.tactic_list()
             runtime = [bool(name) and name in self.feeds for name in self.node.inputs]
+            plain = [Variant(t.name, t, self.node_inputs(self.feeds), self.node_inputs(self.replay_feeds), runtime,
+                             self.expected, self.replay_expected) for t in tactics]
+            extra, problems = epilogue_variants(self, runtime)
+            self._memo["variants"] = (plain + extra, failures + problems)
+        return self._memo["variants"]
+
+    def _guarded(self, variant: "Variant"):
+        key = f"run/{variant.label}/{id(variant.tactic)}"
+        if key not in self._memo:
             outs = [self.graph.info(name) for name in self.node.outputs]
-            with self.watch(f"tactic {tactic.name!r}"):
-                self._memo[key] = run_guarded(tactic, self._inputs(self.feeds), self._inputs(self.replay_feeds),
-                                              runtime, outs, self.seed)
+            with self.watch(f"tactic {variant.label!r}"):
+                self._memo[key] = run_guarded(variant.tactic, variant.inputs, variant.replay_inputs, variant.runtime,
+                                              outs, self.seed)
         return self._memo[key]
 
     def tolerance(self, tactic) -> tuple[float, float]:
@@ -316,40 +330,45 @@ class ExampleRun:
         return self.example.rtol, self.example.atol
 
     def _check_tactics(self) -> list[Failure]:
-        tactics, failures = self.tactic_list()
+        variants, failures = self.variants()
         failures = list(failures)
-        for tactic in tactics:
-            run = self._guarded(tactic)
-            if run.error is not None:
-                phase, exc = run.error
-                failures.append(self.failure("tactics", f"{phase} raised {type(exc).__name__}: {exc}",
-                                             "the tactic must run every example the plugin claims", tactic.name))
-                continue
-            if run.outputs is None:
-                continue  # stopped by an out-of-bounds access: the guards check reports it
-            rtol, atol = self.tolerance(tactic)
-            for i, (got, want) in enumerate(zip(run.outputs, self.expected)):
+        for variant in variants:
+            failures += self._accuracy(variant)
+        return failures
+
+    def _accuracy(self, variant: "Variant") -> list[Failure]:
+        """The variant's outputs against the reference, first run and replay."""
+        run, label = self._guarded(variant), variant.label
+        if run.error is not None:
+            phase, exc = run.error
+            return [self.failure("tactics", f"{phase} raised {type(exc).__name__}: {exc}",
+                                 "the tactic must run every example the plugin claims", label)]
+        rtol, atol = self.tolerance(variant.tactic)
+        for outputs, expected, when in ((run.outputs, variant.expected, ""),
+                                        (run.replay_outputs, variant.replay_expected, "replay")):
+            if outputs is None:
+                return []  # stopped by an out-of-bounds access: the guards check reports it
+            failures = []
+            for i, (got, want) in enumerate(zip(outputs, expected)):
                 problem = compare(got, want, rtol, atol, values=self.op.foldable)
-                if problem:
+                if problem and not when:
                     failures.append(self.failure("tactics", f"output {i} differs from the reference: {problem}",
                                                  "fix the kernel, or loosen Example.rtol/atol if the difference "
-                                                 "is rounding", tactic.name))
-            if run.replay_outputs is None or any(f.tactic == tactic.name for f in failures):
-                continue
-            for i, (got, want) in enumerate(zip(run.replay_outputs, self.replay_expected)):
-                problem = compare(got, want, rtol, atol, values=self.op.foldable)
-                if problem:
+                                                 "is rounding", label))
+                elif problem:
                     failures.append(self.failure("tactics", f"output {i} is wrong when the launch list is replayed "
                                                  f"on new inputs: {problem}",
                                                  "launches() must depend on shapes and known values only, and "
-                                                 "kernels must not assume zeroed outputs or workspace", tactic.name))
-        return failures
+                                                 "kernels must not assume zeroed outputs or workspace", label))
+            if failures:
+                return failures
+        return []
 
     def _check_guards(self) -> list[Failure]:
-        tactics, _ = self.tactic_list()
+        variants, _ = self.variants()
         failures = []
-        for tactic in tactics:
-            run = self._guarded(tactic)
+        for variant in variants:
+            tactic, run = variant.tactic, self._guarded(variant)
             for violation in run.violations:
                 if violation.kind == "modified":
                     hint = "write only outputs and the workspace"
@@ -358,7 +377,7 @@ class ExampleRun:
                             "kernels use and bound every workspace index by it")
                 else:
                     hint = "bound every index by the buffer's size (in grid-stride loops too)"
-                failures.append(self.failure("guards", violation.message, hint, tactic.name))
+                failures.append(self.failure("guards", violation.message, hint, variant.label))
         return failures
 
     # ------------------------------------------------------------------ serialize
@@ -423,6 +442,21 @@ class ExampleRun:
             failures += [self.failure("pickle", f"plan file of {label}: {problem}", hint)
                          for problem in plan_pickles(blob)]
         return failures
+
+
+@dataclass
+class Variant:
+    """One tactic run the tactics and guards checks judge: the tactic, its inputs for the
+    first run and the replay (``runtime``: which are replaced for the replay), and the
+    outputs it must produce."""
+
+    label: str
+    tactic: Tactic
+    inputs: list
+    replay_inputs: list
+    runtime: list
+    expected: list
+    replay_expected: list
 
 
 class _SetupFailed(Exception):
