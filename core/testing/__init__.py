@@ -28,7 +28,9 @@ For every op and every example, six checks run (:data:`CHECKS`):
   crash on or contradict symbolic input dims;
 - ``tactics``: every tactic matches ``reference`` on fresh random inputs (the example's
   ``rtol``/``atol``; ``Example.ranges`` bounds the values), also when its launch list is
-  replayed on other inputs; tactic names are unique and parameters JSON-stable;
+  replayed on other inputs; tactic names are unique and parameters JSON-stable; an
+  ``ANCHOR`` op's tactics also run with a probe epilogue, which they must apply once per
+  element (failures name such a run ``<tactic>+epilogue``);
 - ``guards``: every input, output and the workspace sits between pads of sentinel bytes;
   no tactic writes a pad (the simulator's bounds checks report the same buffer), reads out
   of bounds or modifies an input;

@@ -14,7 +14,8 @@ Checks, in dependency order (``tactics``, ``guards`` and ``plan`` need ``infer``
 - ``tactics``: at least one tactic; names unique; JSON-safe parameters; every tactic
   matches the reference on fresh inputs, and again when its launch list is replayed on
   other inputs (as an execution context does); for ops that are not ``foldable`` (random
-  generators) only dtypes and shapes are compared;
+  generators) only dtypes and shapes are compared; an ``ANCHOR`` op's tactics run with a
+  probe epilogue as well (:mod:`plugrt.testing.epilogue`);
 - ``guards``: no tactic writes outside its outputs and declared workspace, reads out of
   bounds, or modifies its inputs;
 - ``serialize``: ``serialize(node)`` returns JSON-safe data that survives a JSON round
