@@ -21,6 +21,7 @@ The kernel body is the same everywhere; only the warp-level step
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ import numpy as np
 from numba import float32, uint32
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, cuda, jit
+from plugrt.kernels import Epilogue, aligned, cuda, jit
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops.gemm_simt import (
     choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
@@ -47,13 +48,20 @@ MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
 
 @dataclass(frozen=True)
 class Tf32Config:
-    """``wm x wn`` warps, each ``mi x ni`` m16n8k8 tiles; K step ``bk`` (a multiple of 8)."""
+    """``wm x wn`` warps, each ``mi x ni`` m16n8k8 tiles; K step ``bk`` (a multiple of 8).
+
+    ``stages``: 0 stages operand tiles through registers into two shared buffers (any
+    shape); ``>= 2`` copies them straight into a ring of that many shared buffers with
+    ``cp.async`` (``stages - 1`` tiles in flight while one is multiplied; whole tiles of
+    16-byte aligned operands only, see :func:`pipelined_fits`).
+    """
 
     wm: int
     wn: int
     mi: int
     ni: int
     bk: int
+    stages: int = 0
 
     @property
     def bm(self) -> int:
@@ -69,20 +77,21 @@ class Tf32Config:
 
     def check(self) -> None:
         nt = self.threads
-        if self.bk % 8 or (self.bm * self.bk) % nt or (self.bn * self.bk) % nt:
+        if self.bk % 8 or (self.bm * self.bk) % nt or (self.bn * self.bk) % nt or self.stages == 1:
             raise ValueError(f"TF32 GEMM: tile {self} does not divide evenly among its {nt} threads")
 
     def params(self) -> dict:
         return {"bm": self.bm, "bn": self.bn, "bk": self.bk, "wm": self.wm, "wn": self.wn, "mi": self.mi,
-                "ni": self.ni}
+                "ni": self.ni, "stages": self.stages}
 
     @property
     def name(self) -> str:
-        return f"tf32_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
+        return f"tf32_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}" + (f"_s{self.stages}" if self.stages else "")
 
 
-#: Configurations offered (tests swap in a one-warp one).
-TF32_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(2, 4, 4, 4, 16),)
+#: Configurations offered, best first (tests swap in a one-warp one). A pipelined one is
+#: offered only where :func:`pipelined_fits`.
+TF32_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(2, 4, 4, 4, 32, stages=3), Tf32Config(2, 4, 4, 4, 16))
 
 
 # --------------------------------------------------------------------------- inline PTX
@@ -121,6 +130,92 @@ def _intrinsics():
     return to_tf32, mma_m16n8k8
 
 
+#: One 16-byte ``cp.async`` from global to shared memory; operands are generic addresses.
+CP_ASYNC_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
+                "cp.async.cg.shared.global [sh32], [$1], 16; }")
+
+
+@functools.lru_cache(maxsize=None)
+def async_copy(emulated: bool, pending: int):
+    """``(copy16, commit, wait)``: ``copy16(dst, i, src, j)`` starts copying ``src[j:j + 4]``
+    to the shared ``dst[i:i + 4]`` (16 bytes, both aligned); ``commit()`` closes this
+    thread's group of copies; ``wait()`` returns once at most ``pending`` groups are still
+    in flight. The simulator copies at once (its ``commit`` and ``wait`` do nothing)."""
+    if emulated:
+        @jit(device=True)
+        def copy16(dst, i, src, j):
+            for e in range(4):
+                dst[i + e] = src[j + e]
+
+        @jit(device=True)
+        def nothing():
+            pass
+
+        return copy16, nothing, nothing
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i64 = ir.IntType(64)
+
+    def address(context, builder, ty, value, index_ty, index):
+        array = context.make_array(ty)(context, builder, value)
+        offset = context.cast(builder, index, index_ty, types.int64)
+        return builder.ptrtoint(builder.gep(array.data, [offset]), i64)
+
+    @intrinsic
+    def copy16(typingctx, dst, i, src, j):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64]), CP_ASYNC_PTX, "l,l,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                               address(context, builder, sig.args[2], args[2], sig.args[3], args[3])])
+            return context.get_dummy_value()
+        return types.void(dst, i, src, j), codegen
+
+    def statement(ptx):
+        @intrinsic
+        def run(typingctx):
+            def codegen(context, builder, sig, args):
+                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return run
+
+    return copy16, statement("cp.async.commit_group;"), statement(f"cp.async.wait_group {pending};")
+
+
+@functools.lru_cache(maxsize=None)
+def async_tile_copy(rows: int, bk: int, k_contiguous: bool, rs: int, ks: int, threads: int, emulated: bool):
+    """``copy(src, base, srow, sk, row0, k0, smem, offset, tid)``: start this thread's
+    16-byte copies of one operand's ``rows x bk`` tile into ``smem[offset + row * rs + k * ks]``.
+
+    A chunk is 4 elements along the operand's contiguous axis (K when ``k_contiguous``,
+    else the rows), which is also the unit-stride axis of its shared layout; consecutive
+    threads take consecutive chunks, so the global reads coalesce.
+    """
+    copy16, _, _ = async_copy(emulated, 0)
+    chunks = rows * bk // 4
+    per_thread = -(-chunks // threads)
+    ragged = chunks % threads != 0
+    across = bk // 4 if k_contiguous else rows // 4  # chunks along the contiguous axis
+
+    @jit(device=True)
+    def copy(src, base, srow, sk, row0, k0, smem, offset, tid):
+        for c in range(per_thread):
+            e = tid + c * threads
+            if not ragged or e < chunks:
+                outer = e // across
+                inner = (e - outer * across) * 4
+                if k_contiguous:
+                    copy16(smem, offset + outer * rs + inner, src, base + (row0 + outer) * srow + k0 + inner)
+                else:
+                    copy16(smem, offset + inner + outer * ks, src, base + row0 + inner + (k0 + outer) * sk)
+
+    return copy
+
+
 # --------------------------------------------------------------------------- warp MMA steps
 #
 # Fragment layout of m16n8k8 (g = lane / 4, t = lane % 4): A holds (g, t), (g + 8, t),
@@ -130,11 +225,16 @@ def _intrinsics():
 
 
 @functools.lru_cache(maxsize=None)
-def mma_tensor_core(mi: int, ni: int, lda: int, ldb: int):
-    """The GPU warp step: load fragments (already TF32: rounded when staged), ``mma.sync``
-    per tile."""
-    _, mma = _intrinsics()
+def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, round_loads: bool):
+    """The GPU warp step: load fragments, round them to TF32 when ``round_loads`` (else they
+    were rounded when staged), ``mma.sync`` per tile. A's element (row, k) of the warp's
+    slice is ``smem[a_off + row * ars + k * aks]``, B's (col, k) ``smem[b_off + col * brs + k * bks]``."""
+    to_tf32, mma = _intrinsics()
     fa_len, fb_len = 4 * mi, 2 * ni
+
+    @jit(device=True)
+    def load(smem, p):
+        return to_tf32(smem[p]) if round_loads else smem[p]
 
     @jit(device=True)
     def warp_mma(smem, a_off, b_off, lane, acc):
@@ -143,15 +243,15 @@ def mma_tensor_core(mi: int, ni: int, lda: int, ldb: int):
         g = lane >> 2
         t = lane & 3
         for i in range(mi):
-            p = a_off + t * lda + i * 16 + g
-            fa[4 * i] = smem[p]
-            fa[4 * i + 1] = smem[p + 8]
-            fa[4 * i + 2] = smem[p + 4 * lda]
-            fa[4 * i + 3] = smem[p + 4 * lda + 8]
+            p = a_off + (i * 16 + g) * ars + t * aks
+            fa[4 * i] = load(smem, p)
+            fa[4 * i + 1] = load(smem, p + 8 * ars)
+            fa[4 * i + 2] = load(smem, p + 4 * aks)
+            fa[4 * i + 3] = load(smem, p + 8 * ars + 4 * aks)
         for j in range(ni):
-            q = b_off + t * ldb + j * 8 + g
-            fb[2 * j] = smem[q]
-            fb[2 * j + 1] = smem[q + 4 * ldb]
+            q = b_off + (j * 8 + g) * brs + t * bks
+            fb[2 * j] = load(smem, q)
+            fb[2 * j + 1] = load(smem, q + 4 * bks)
         for i in range(mi):
             for j in range(ni):
                 base = (i * ni + j) * 4
@@ -176,9 +276,9 @@ def round_tf32(x):
 
 
 @functools.lru_cache(maxsize=None)
-def mma_emulated(mi: int, ni: int, lda: int, ldb: int):
+def mma_emulated(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int):
     """The simulator's warp step: this thread's accumulators of every tile, by scalar FMAs
-    on TF32-rounded operands (no cross-lane data needed)."""
+    on TF32-rounded operands (no cross-lane data needed); layouts as :func:`mma_tensor_core`."""
 
     @jit(device=True)
     def warp_mma(smem, a_off, b_off, lane, acc):
@@ -188,14 +288,14 @@ def mma_emulated(mi: int, ni: int, lda: int, ldb: int):
             for j in range(ni):
                 base = (i * ni + j) * 4
                 for half in range(2):
-                    row = a_off + i * 16 + g + 8 * half
-                    col = b_off + j * 8 + 2 * t
+                    row = a_off + (i * 16 + g + 8 * half) * ars
+                    col = b_off + (j * 8 + 2 * t) * brs
                     s0 = acc[base + 2 * half]
                     s1 = acc[base + 2 * half + 1]
                     for kk in range(8):
-                        av = round_tf32(smem[row + kk * lda])
-                        s0 += av * round_tf32(smem[col + kk * ldb])
-                        s1 += av * round_tf32(smem[col + kk * ldb + 1])
+                        av = round_tf32(smem[row + kk * aks])
+                        s0 += av * round_tf32(smem[col + kk * bks])
+                        s1 += av * round_tf32(smem[col + brs + kk * bks])
                     acc[base + 2 * half] = s0
                     acc[base + 2 * half + 1] = s1
 
@@ -217,58 +317,43 @@ def tf32_rounder(emulated: bool, count: int):
     return round_all
 
 
-def warp_mma_for(mi: int, ni: int, lda: int, ldb: int, emulated: bool | None = None):
-    """The warp step for this backend: tensor cores on a GPU, scalar FMAs in the simulator."""
+def warp_mma_for(mi: int, ni: int, a_strides: tuple[int, int], b_strides: tuple[int, int], round_loads: bool,
+                 emulated: bool | None = None):
+    """The warp step for this backend: tensor cores on a GPU, scalar FMAs in the simulator.
+    ``a_strides``/``b_strides``: the shared layout's (row, k) strides of each operand."""
     emulated = simulated() if emulated is None else emulated
-    return (mma_emulated if emulated else mma_tensor_core)(mi, ni, lda, ldb)
+    if emulated:
+        return mma_emulated(mi, ni, *a_strides, *b_strides)
+    return mma_tensor_core(mi, ni, *a_strides, *b_strides, round_loads)
 
 
 # --------------------------------------------------------------------------- kernel
 
 
+def _emulated(emulated: bool | None) -> bool:
+    return simulated() if emulated is None else bool(emulated)
+
+
 @functools.lru_cache(maxsize=None)
-def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                epilogue_fn, emulated: bool | None = None):
-    """The TF32 GEMM kernel; arguments, grid and split-K as
-    :func:`plugrt_builtin_ops.gemm_simt.simt_kernel`, ``config.threads`` threads."""
-    config.check()
-    BM, BN, BK, MI, NI = config.bm, config.bn, config.bk, config.mi, config.ni
-    WN, NT = config.wn, config.threads
+def register_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool,
+                      emulated: bool | None):
+    """The main loop staging tiles through registers into two k-major shared buffers
+    (``stages == 0``): the next tile's global loads overlap this tile's MMAs."""
+    BM, BN, BK, MI, NI, NT = config.bm, config.bn, config.bk, config.mi, config.ni, config.threads
     LDA, LDB = BM + PAD, BN + PAD
     A_SIZE, B_SIZE = BK * LDA, BK * LDB
     B_AT = 2 * A_SIZE
-    ACC = MI * NI * 4
     A_LOADS, B_LOADS = loads_per_thread(BM, BK, NT), loads_per_thread(BN, BK, NT)
     fetch_a, stash_a = tile_loader(BM, BK, LDA, NT, bool(a_k_contiguous), bool(even))
     fetch_b, stash_b = tile_loader(BN, BK, LDB, NT, bool(b_k_contiguous), bool(even))
-    warp_mma = warp_mma_for(MI, NI, LDA, LDB, emulated)
-    round_a = tf32_rounder(simulated() if emulated is None else bool(emulated), A_LOADS)
-    round_b = tf32_rounder(simulated() if emulated is None else bool(emulated), B_LOADS)
-    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
+    round_a = tf32_rounder(_emulated(emulated), A_LOADS)
+    round_b = tf32_rounder(_emulated(emulated), B_LOADS)
 
-    def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
-        smem = cuda.shared.array(0, float32)
-        acc = cuda.local.array(ACC, float32)
+    @jit(device=True)
+    def mainloop(smem, a, b, ao, bo, sam, sak, sbk, sbn, m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc):
         ga = cuda.local.array(A_LOADS, float32)
         gb = cuda.local.array(B_LOADS, float32)
-        m, n, k = meta[M_], meta[N_], meta[K_]
-        sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
-        tid = cuda.threadIdx.x
-        lane = tid & 31
-        warp = tid >> 5
-        wrow = (warp // WN) * (MI * 16)
-        wcol = (warp % WN) * (NI * 8)
-        n0 = cuda.blockIdx.x * BN
-        m0 = cuda.blockIdx.y * BM
-        bz = cuda.blockIdx.z
-        bi = bz // splits
-        z = bz - bi * splits
-        k_begin = z * kchunk
-        k_end = min(k, k_begin + kchunk)
-        ao, bo = offs[bi * OFFS_W], offs[bi * OFFS_W + 1]
-        for i in range(ACC):
-            acc[i] = float32(0)
-
         fetch_a(a, ao, sam, sak, m0, k_begin, m, k_end, tid, ga)
         fetch_b(b, bo, sbn, sbk, n0, k_begin, n, k_end, tid, gb)
         round_a(ga)
@@ -296,6 +381,100 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
                 stash_b(gb, smem, B_AT + other * B_SIZE, tid)
             cuda.syncthreads()
 
+    return mainloop, 2 * (A_SIZE + B_SIZE)
+
+
+def pipelined_layout(rows: int, bk: int, k_contiguous: bool) -> tuple[int, int, int]:
+    """``(row stride, k stride, floats)`` of one operand tile in a pipeline stage: laid out
+    along the operand's contiguous axis (so 16-byte chunks copy straight in), padded so a
+    warp's fragment reads hit 32 different banks."""
+    if k_contiguous:
+        return bk + 4, 1, rows * (bk + 4)
+    return 1, rows + PAD, bk * (rows + PAD)
+
+
+@functools.lru_cache(maxsize=None)
+def pipelined_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, emulated: bool | None):
+    """The main loop copying whole tiles with ``cp.async`` into a ring of ``config.stages``
+    shared buffers (``stages - 1`` in flight), rounding fragments to TF32 as they are read."""
+    BM, BN, BK, MI, NI, NT, S = config.bm, config.bn, config.bk, config.mi, config.ni, config.threads, config.stages
+    ARS, AKS, A_STAGE = pipelined_layout(BM, BK, a_k_contiguous)
+    BRS, BKS, B_STAGE = pipelined_layout(BN, BK, b_k_contiguous)
+    B_AT = S * A_STAGE
+    copy_a = async_tile_copy(BM, BK, bool(a_k_contiguous), ARS, AKS, NT, _emulated(emulated))
+    copy_b = async_tile_copy(BN, BK, bool(b_k_contiguous), BRS, BKS, NT, _emulated(emulated))
+    _, commit, wait = async_copy(_emulated(emulated), S - 2)
+    _, _, wait_all = async_copy(_emulated(emulated), 0)
+    warp_mma = warp_mma_for(MI, NI, (ARS, AKS), (BRS, BKS), True, emulated)
+
+    @jit(device=True)
+    def mainloop(smem, a, b, ao, bo, sam, sak, sbk, sbn, m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc):
+        ktiles = (k_end - k_begin) // BK  # whole tiles: pipelined_fits
+        for s in range(S - 1):
+            if s < ktiles:
+                copy_a(a, ao, sam, sak, m0, k_begin + s * BK, smem, s * A_STAGE, tid)
+                copy_b(b, bo, sbn, sbk, n0, k_begin + s * BK, smem, B_AT + s * B_STAGE, tid)
+            commit()
+        for t in range(ktiles):
+            wait()  # this thread's copies of tile t have landed ...
+            cuda.syncthreads()  # ... everyone's, and tile t - 1's buffer is free again
+            ahead = t + S - 1
+            if ahead < ktiles:
+                slot = ahead % S
+                copy_a(a, ao, sam, sak, m0, k_begin + ahead * BK, smem, slot * A_STAGE, tid)
+                copy_b(b, bo, sbn, sbk, n0, k_begin + ahead * BK, smem, B_AT + slot * B_STAGE, tid)
+            commit()
+            cur = t % S
+            a_off = cur * A_STAGE + wrow * ARS
+            b_off = B_AT + cur * B_STAGE + wcol * BRS
+            for ks in range(BK // 8):
+                warp_mma(smem, a_off + ks * 8 * AKS, b_off + ks * 8 * BKS, lane, acc)
+        wait_all()
+        cuda.syncthreads()
+
+    return mainloop, S * (A_STAGE + B_STAGE)
+
+
+def mainloop_for(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool,
+                 emulated: bool | None = None):
+    """``(mainloop, shared floats)`` of a configuration."""
+    if config.stages:
+        return pipelined_mainloop(config, bool(a_k_contiguous), bool(b_k_contiguous), emulated)
+    return register_mainloop(config, bool(a_k_contiguous), bool(b_k_contiguous), bool(even), emulated)
+
+
+@functools.lru_cache(maxsize=None)
+def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
+                epilogue_fn, emulated: bool | None = None):
+    """The TF32 GEMM kernel; arguments, grid and split-K as
+    :func:`plugrt_builtin_ops.gemm_simt.simt_kernel`, ``config.threads`` threads."""
+    config.check()
+    BM, BN, MI, NI, WN, NT = config.bm, config.bn, config.mi, config.ni, config.wn, config.threads
+    ACC = MI * NI * 4
+    mainloop, _ = mainloop_for(config, a_k_contiguous, b_k_contiguous, even, emulated)
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+
+    def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
+        smem = cuda.shared.array(0, float32)
+        acc = cuda.local.array(ACC, float32)
+        m, n, k = meta[M_], meta[N_], meta[K_]
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        warp = tid >> 5
+        wrow = (warp // WN) * (MI * 16)
+        wcol = (warp % WN) * (NI * 8)
+        n0 = cuda.blockIdx.x * BN
+        m0 = cuda.blockIdx.y * BM
+        bz = cuda.blockIdx.z
+        bi = bz // splits
+        z = bz - bi * splits
+        k_begin = z * kchunk
+        k_end = min(k, k_begin + kchunk)
+        for i in range(ACC):
+            acc[i] = float32(0)
+        mainloop(smem, a, b, offs[bi * OFFS_W], offs[bi * OFFS_W + 1], meta[SAM], meta[SAK], meta[SBK], meta[SBN],
+                 m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc)
+
         g = lane >> 2
         t4 = lane & 3
         for i in range(MI):  # unrolled: constant accumulator indices
@@ -318,25 +497,50 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
 # --------------------------------------------------------------------------- tactics
 
 
+def pipelined_fits(config: Tf32Config, meta: np.ndarray, offs: np.ndarray) -> bool:
+    """Whether the ``cp.async`` pipeline can run a product: whole tiles, and every 16-byte
+    chunk of A and B starts on a 16-byte boundary (their strides and batch offsets are
+    multiples of 4 elements; the arrays' own alignment is checked at launch)."""
+    sam, sak, sbk, sbn = (int(meta[i]) for i in (SAM, SAK, SBK, SBN))
+    a_ok = (sak == 1 and sam % 4 == 0) or (sam == 1 and sak % 4 == 0)
+    b_ok = (sbk == 1 and sbn % 4 == 0) or (sbn == 1 and sbk % 4 == 0)
+    return (is_even(meta, config.bm, config.bn, config.bk) and a_ok and b_ok
+            and not np.any(np.asarray(offs).reshape(-1, OFFS_W)[:, :2] % 4))
+
+
 def tf32_tactic(config: Tf32Config, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue, alpha: float = 1.0,
                 beta: float = 0.0, c_index: int | None = None, splits: int = 1,
                 emulated: bool | None = None) -> Tactic:
     """One TF32 tensor-core tactic for a planned float32 product (``math="tf32"``).
 
     ``emulated``: force the scalar warp step (``True``) or the tensor cores (``False``);
-    by default the backend decides. The name and parameters are the same either way.
+    by default the backend decides. The name and parameters are the same either way. A
+    pipelined configuration needs :func:`pipelined_fits`; given operand arrays that are
+    not 16-byte aligned, it launches the same tile staged through registers instead.
     """
     config.check()
     even = is_even(meta, config.bm, config.bn, config.bk)
     a_kc, b_kc = int(meta[SAK]) == 1, int(meta[SBK]) == 1
+    if config.stages and not pipelined_fits(config, meta, offs):
+        raise ValueError(f"TF32 GEMM: {config.name} needs whole, 16-byte aligned tiles")
 
     def kernel_for(split):
         return tf32_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)
 
-    mainloop = 2 * config.bk * (config.bm + PAD + config.bn + PAD)
+    _, mainloop_floats = mainloop_for(config, a_kc, b_kc, even, emulated)
     launches, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, offs, config.bm, config.bn, config.bk, config.threads,
-        staging_bytes(config.bm, config.bn, mainloop), splits, epilogue, alpha, beta, c_index)
+        staging_bytes(config.bm, config.bn, mainloop_floats), splits, epilogue, alpha, beta, c_index)
+    if config.stages:
+        fallback = tf32_tactic(dataclasses.replace(config, stages=0), meta, offs, epilogue=epilogue, alpha=alpha,
+                               beta=beta, c_index=c_index, splits=splits, emulated=emulated)
+        pipelined = launches
+
+        def launches(ins, outs, workspace):
+            if aligned(ins[0]) and aligned(ins[1]):
+                return pipelined(ins, outs, workspace)
+            return fallback.launches(ins, outs, workspace)
+
     name = config.name + (f"_splitk{splits}" if splits > 1 else "")
     return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes, math="tf32")
 
@@ -349,7 +553,7 @@ def tf32_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
         return []
     whole, split = [], []
     for config in TF32_CONFIGS:
-        if not fits(meta, config.bm, config.bn):
+        if not fits(meta, config.bm, config.bn) or (config.stages and not pipelined_fits(config, meta, offs)):
             continue
         kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
         whole.append(tf32_tactic(config, meta, offs, **kw))

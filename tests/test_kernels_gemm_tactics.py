@@ -165,6 +165,71 @@ def test_split_k_offered_for_skinny_products(rng, monkeypatch):
     assert gemm_simt.split_chunk(48, 4, 5) == (4, 12)  # K tiles spread evenly, none empty
 
 
+# ----------------------------------------------------------------------------- the cp.async pipeline
+
+PIPELINED = (Tf32Config(1, 1, 1, 1, 8, stages=2), Tf32Config(1, 1, 1, 1, 8, stages=3))
+
+
+def _plan(op_type, feeds, attrs):
+    if op_type == "Gemm":
+        return matmul_kernels.gemm_plan(feeds["a"].shape, feeds["b"].shape, None, bool(attrs.get("transA")),
+                                        bool(attrs.get("transB")), 1.0, 0.0, False)
+    return matmul_kernels.product_plan(feeds["a"].shape, feeds["b"].shape)
+
+
+@pytest.mark.parametrize("config", PIPELINED, ids=lambda c: c.name)
+@pytest.mark.parametrize("op_type, shapes, attrs, splits", [
+    ("MatMul", {"a": (16, 40), "b": (40, 8)}, {}, 1),          # 5 K tiles around the ring
+    ("MatMul", {"a": (16, 40), "b": (40, 8)}, {}, 3),          # split K: 2, 2 and 1 tiles
+    ("MatMul", {"a": (2, 16, 16), "b": (2, 16, 16)}, {}, 1),   # batched
+    ("Gemm", {"a": (24, 32), "b": (16, 24)}, {"transA": 1, "transB": 1}, 1),  # A M-contiguous, B K-contiguous
+])
+def test_tf32_pipelined_matches_the_reference(rng, config, op_type, shapes, attrs, splits):
+    """cp.async ring of 2 or 3 stages (emulated copies in the simulator): whole tiles in
+    either operand layout, batches and split K."""
+    feeds = {k: rand(rng, v) for k, v in shapes.items()}
+    meta, offs = _plan(op_type, feeds, attrs)
+    assert gemm_tf32.pipelined_fits(config, meta, offs)
+    graph = import_model(single_node_model(op_type, feeds, attrs), registry=default_registry())
+    tactic = gemm_tf32.tf32_tactic(config, meta, offs, epilogue=no_epilogue(2), splits=splits)
+    assert tactic.params["stages"] == config.stages and tactic.params["splits"] == splits
+    want = ReferenceExecutor(graph, default_registry()).run(feeds)[graph.outputs[0]]
+    assert_close(run_tactic(graph, tactic, feeds)[0], want, tactic, op_type)
+
+
+def test_tf32_pipelined_offered_only_for_whole_aligned_tiles(rng):
+    config = PIPELINED[0]
+    fits = [gemm_tf32.pipelined_fits(config, *matmul_kernels.product_plan(a, b))
+            for a, b in (((16, 16), (16, 8)), ((13, 16), (16, 8)), ((16, 12), (12, 8)), ((16, 16), (16, 10)))]
+    assert fits == [True, False, False, False]
+    with pytest.raises(ValueError, match="16-byte"):
+        gemm_tf32.tf32_tactic(config, *matmul_kernels.product_plan((13, 16), (16, 8)), epilogue=no_epilogue(2))
+
+
+def test_tf32_pipelined_falls_back_on_misaligned_operands(rng):
+    """Operand arrays 4 bytes off a 16-byte boundary: the same tile staged through registers."""
+    from numba import cuda
+
+    from plugrt.engine.launcher import PreparedLaunch
+
+    a, b = rand(rng, (16, 16)), rand(rng, (16, 8))
+    meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
+    tactic = gemm_tf32.tf32_tactic(PIPELINED[0], meta, offs, epilogue=no_epilogue(2))
+    pipelined = tactic.launches([cuda.to_device(a), cuda.to_device(b)], [cuda.device_array((16, 8), F32)], None)
+    ins = []
+    for host in (a, b):
+        room = cuda.device_array(host.size + 1, F32)
+        room[1:].copy_to_device(host.ravel())
+        ins.append(room[1:].reshape(host.shape))
+    out = cuda.device_array((16, 8), F32)
+    launches = tactic.launches(ins, [out], None)
+    assert launches[0].kernel is not pipelined[0].kernel
+    for launch in launches:
+        PreparedLaunch(launch)(0)
+    cuda.synchronize()
+    assert_close(out.copy_to_host(), a.astype(np.float64) @ b, tactic)
+
+
 # ----------------------------------------------------------------------------- production configurations
 
 
@@ -195,15 +260,16 @@ def test_production_tactics_params_and_order(monkeypatch):
     monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", PRODUCTION_SIMT)
     monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", PRODUCTION_TF32)
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if is_new(t)]
-    assert [t.name for t in tactics] == ["tf32_128x128x16_w2x4", "simt128x128x8_8x4_occ1", "simt128x128x8_8x8_occ1",
-                                         "simt128x64x8_8x8_occ1", "simt64x128x8_8x8_occ1"]
-    assert [t.math for t in tactics] == ["tf32", "", "", "", ""]
-    assert tactics[1].params == {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 4, "occupancy": 1, "splits": 1}
-    assert tactics[0].params == {"bm": 128, "bn": 128, "bk": 16, "wm": 2, "wn": 4, "mi": 4, "ni": 4, "splits": 1}
+    assert [t.name for t in tactics] == ["tf32_128x128x32_w2x4_s3", "tf32_128x128x16_w2x4", "simt128x128x8_8x4_occ1",
+                                         "simt128x128x8_8x8_occ1", "simt128x64x8_8x8_occ1", "simt64x128x8_8x8_occ1"]
+    assert [t.math for t in tactics] == ["tf32", "tf32", "", "", "", ""]
+    assert tactics[2].params == {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 4, "occupancy": 1, "splits": 1}
+    assert tactics[0].params == {"bm": 128, "bn": 128, "bk": 32, "wm": 2, "wn": 4, "mi": 4, "ni": 4, "stages": 3,
+                                 "splits": 1}
     assert all(t.workspace_bytes == 0 for t in tactics)
     # Skinny: 256 x 256 outputs (4 tiles), K = 16384: split-K first, partial sums in the workspace.
     skinny = [t for t in _tactics("Gemm", [(256, 16384), (256, 16384)], attrs={"transB": 1}) if is_new(t)]
-    assert skinny[0].name.startswith("tf32_128x128x16_w2x4_splitk") and skinny[0].workspace_bytes > 0
+    assert skinny[0].name.startswith("tf32_128x128x32_w2x4_s3_splitk") and skinny[0].workspace_bytes > 0
     split = [t for t in skinny if t.name.startswith("simt128x128x8_8x4_occ1_splitk")][0]
     assert split.workspace_bytes == 4 * split.params["splits"] * 256 * 256
     # A product too small for any block tile gets the tiled and direct tactics only.
@@ -253,7 +319,7 @@ def test_tensor_cores_match_the_emulated_sibling(rng):
 
 
 def test_inline_ptx_assembles_for_sm_90(tmp_path):
-    """The TF32 tactic's inline PTX (cvt.rna.tf32, mma.sync m16n8k8) assembles with ptxas."""
+    """The TF32 tactics' inline PTX (cvt.rna.tf32, mma.sync m16n8k8, cp.async) assembles with ptxas."""
     ptxas = shutil.which("ptxas") or ("/usr/local/bin/ptxas" if os.path.exists("/usr/local/bin/ptxas") else None)
     if ptxas is None:
         pytest.skip("ptxas not installed")
@@ -262,6 +328,7 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
     names = ["%f10", "%f11", "%f12", "%f13", "%r1", "%r2", "%r3", "%r4", "%r5", "%r6", "%f1", "%f2", "%f3", "%f4"]
     for index in reversed(range(len(names))):
         mma = mma.replace(f"${index}", names[index])
+    copy = gemm_tf32.CP_ASYNC_PTX.replace("$0", "%rd2").replace("$1", "%rd1")
     source = f"""
 .version 8.0
 .target sm_90
@@ -270,8 +337,13 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
 {{
     .reg .b32 %r<8>;
     .reg .f32 %f<16>;
-    .reg .b64 %rd<2>;
+    .reg .b64 %rd<3>;
+    .shared .align 16 .b8 stage[16];
     ld.param.u64 %rd1, [out];
+    cvta.shared.u64 %rd2, stage;
+    {copy}
+    cp.async.commit_group;
+    cp.async.wait_group 0;
     mov.f32 %f1, 0f3F800000;
     mov.f32 %f2, 0f3F800000;
     mov.f32 %f3, 0f3F800000;
@@ -319,6 +391,10 @@ def test_gemm_kernels_compile_for_the_gpu():
             for emulated in (False, True):
                 check(f"tf32 even={even} split={split} emulated={emulated}",
                       gt.tf32_kernel(gt.Tf32Config(2, 4, 4, 4, 16), a_kc, True, even, split, epi, emulated), args, True)
+                if even:
+                    check(f"tf32 pipelined split={split} emulated={emulated}",
+                          gt.tf32_kernel(gt.Tf32Config(2, 4, 4, 4, 32, 3), a_kc, not a_kc, True, split, epi, emulated),
+                          args, True)
         check("split_reduce", gs.split_reduce_kernel(epi), [f32, f32, f32, i64, S, S, I64,
                                                            types.Tuple((i64, f32, i64))], True)
     """)
