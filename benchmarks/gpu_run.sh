@@ -8,10 +8,11 @@ OUT="${OUT:-gpu-results}"; mkdir -p "$OUT"
 if [ -d .whl ]; then  # numba-cuda needs numpy < 2.5; carried as a wheel
   python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl && export PYTHONPATH=$PWD/.site
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . $(printf -- "-e %s " contrib_plugins/*/) \
+  >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-TESTS="${PLUGRT_GPU_TESTS:-tests}"
+TESTS="${PLUGRT_GPU_TESTS:-tests $(ls -d contrib_plugins/*/tests)}"
 if [ "$TESTS" != "none" ]; then
   timeout "${PLUGRT_GPU_TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -n 16 --maxfail=400 \
     --junitxml="$OUT/junit.xml" $TESTS "$@" >"$OUT/pytest.log" 2>&1
