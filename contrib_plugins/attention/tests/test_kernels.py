@@ -42,9 +42,9 @@ def test_tactics_match_reference(shape, rng):
     np.testing.assert_allclose(want, (weights / weights.sum(-1, keepdims=True)) @ v64, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 6), (5, 6), (2, 3, 5, 6), (6,)])
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 6), (5, 6), (2, 2, 5, 6)])
 def test_additive_mask_and_scale(mask_shape, rng):
-    feeds = {"q": randn(rng, 2, 3, 5, 4), "k": randn(rng, 2, 3, 6, 4), "v": randn(rng, 2, 3, 6, 4),
+    feeds = {"q": randn(rng, 2, 2, 5, 4), "k": randn(rng, 2, 2, 6, 4), "v": randn(rng, 2, 2, 6, 4),
              "mask": randn(rng, *mask_shape)}
     attention(feeds, {"scale": 0.3})
 
@@ -86,7 +86,8 @@ def test_float16(rng):
 def test_gpu_tiles_in_the_simulator(monkeypatch, rng):
     """The GPU's tile configurations, on one ragged problem (the simulator runs the scalar
     form of the vector loads; the kernel code and indexing are the same)."""
-    monkeypatch.setattr(kernels, "SIM_CONFIGS", kernels.GPU_CONFIGS)
+    geometries = {(c.bq, c.bk, c.ty, c.tx): c for c in kernels.GPU_CONFIGS}  # vector or not: the same here
+    monkeypatch.setattr(kernels, "SIM_CONFIGS", tuple(geometries.values()))
     feeds = {"q": randn(rng, 1, 1, 3, 5), "k": randn(rng, 1, 1, 6, 5), "v": randn(rng, 1, 1, 6, 6),
              "mask": randn(rng, 3, 6)}
     check_node(OP_TYPE, feeds, {"scale": 0.7}, domain=DOMAIN, opset=1, rtol=RTOL, atol=ATOL)
@@ -118,7 +119,9 @@ def arr(dtype):
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
 
 failures = []
-cases = [(config, "float32", 64, 64, True, False) for config in kernels.GPU_CONFIGS]
+# the scalar and vector forms, and the two register-tile shapes; launch bounds only reach ptxas
+configs = {(c.vector, c.rows, c.cols): c for c in kernels.GPU_CONFIGS}
+cases = [(config, "float32", 64, 64, True, False) for config in configs.values()]
 cases += [(kernels.GPU_CONFIGS[1], "float16", 40, 24, False, True)]
 for config, dtype, d, dv, mask, even in cases:
     kernel = kernels.flash_kernel(config, d, dv, dtype, mask, even, even)
