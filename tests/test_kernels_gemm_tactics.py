@@ -278,7 +278,7 @@ def test_production_tactics_params_and_order(monkeypatch):
     if simulated():  # untimed there, the first wins: the exact, cheap tactics stay first
         assert everything[0].startswith("tiled") and everything[-1] == "direct"
     else:
-        assert everything[0] == "tf32_128x128x16_w2x4"
+        assert everything[0].startswith("tf32_128x128x"), everything  # TF32 first, maybe split
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32])

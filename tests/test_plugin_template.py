@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import site
 import subprocess
 import sys
 import time
@@ -30,12 +31,17 @@ def _fresh_environment(path: Path) -> Path:
     pytest) but has its own site-packages, where the rendered plugin gets installed.
     No pip of its own: ``python -m pip`` finds the system's through the system site."""
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(path)
+    # When this interpreter is itself a virtual environment, the system site is not where
+    # its packages are: add its site directories (their .pth files included) after the new
+    # environment's own.
+    own = path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    parents = [p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)]
+    (own / "_plugrt_parent_site.pth").write_text(f"import site; [site.addsitedir(p) for p in {parents!r}]\n")
     return path / "bin" / "python"
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PLUGRT_PLUGINS",
-                                                             "PLUGRT_DISABLE_PLUGIN_AUTOLOAD")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PLUGRT_PLUGINS", "PLUGRT_DISABLE_PLUGIN_AUTOLOAD")}
     env.update(NUMBA_ENABLE_CUDASIM="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", **extra)
     return env
 

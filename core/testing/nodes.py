@@ -72,7 +72,7 @@ def run_tactic(graph: Graph, tactic, feeds: Mapping[str, np.ndarray], node: Node
             ins.append(None)
             continue
         value = env[name] if name in env else graph.info(name).value
-        ins.append(cuda.to_device(np.ascontiguousarray(value)))
+        ins.append(cuda.to_device(np.array(value, order="C")))  # a copy: canonical strides, as numba's reshape needs
     outs = []
     for name in node.outputs:
         info = graph.info(name)
