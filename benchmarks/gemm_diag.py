@@ -10,10 +10,10 @@ import sys
 
 from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt
 
-gs.SIMT_CONFIGS = (gs.SimtConfig(128, 128, 8, 8, 8), gs.SimtConfig(128, 128, 8, 8, 8, 1), gs.SimtConfig(128, 128, 16, 8, 8, 1),
-                   gs.SimtConfig(128, 64, 8, 8, 8, 1), gs.SimtConfig(64, 128, 8, 8, 8, 1), gs.SimtConfig(128, 128, 8, 8, 4, 1))
-gt.TF32_CONFIGS = (gt.Tf32Config(2, 4, 4, 4, 16), gt.Tf32Config(4, 4, 2, 4, 16), gt.Tf32Config(2, 4, 2, 4, 16),
-                   gt.Tf32Config(2, 4, 4, 2, 16))
+gs.SIMT_CONFIGS = (gs.SimtConfig(128, 128, 8, 8, 4, 1),)
+gt.TF32_CONFIGS = tuple(gt.Tf32Config(*c) for c in (
+    (2, 4, 4, 4, 32, 3), (2, 4, 4, 4, 32, 4), (2, 4, 4, 4, 16, 4), (4, 2, 4, 8, 32, 3), (4, 4, 2, 4, 32, 3),
+    (4, 4, 2, 4, 32, 4), (2, 4, 2, 4, 32, 3), (2, 4, 4, 4, 64, 2)))
 
 from gemm_bench import _matmul_tactics, sgemm_benchmark  # noqa: E402
 
