@@ -5,10 +5,12 @@ At batch 8, 12 heads, 512 tokens, head size 64 (BERT-base attention), one ONNX m
 ``softmax(Q K^T / sqrt(64)) V`` written as exporters write it (MatMul, Transpose, Div,
 Softmax, MatMul; Q, K, V inputs ``[B, H, S, D]``), is built three ways:
 
-- ``fused``: the plugin's ``fuse_attention`` pass on; one MultiHeadAttention layer;
+- ``fused`` and ``fused_fp32``: the plugin's ``fuse_attention`` pass on; one
+  MultiHeadAttention layer, its tactic chosen by the tuner among the TF32 tensor-core and
+  SIMT kernels (TF32 allowed: plugrt's default, as TensorRT's) or among the SIMT ones;
 - ``unfused_tf32`` and ``unfused_fp32``: the pass disabled (``--disable-pass
-  contrib-attention:fuse_attention``): MatMul (+ scale epilogue), Softmax, MatMul layers,
-  with TF32 tensor cores allowed (plugrt's default, as TensorRT's) or not.
+  contrib-attention:fuse_attention``): Transpose, MatMul (+ scale epilogue), Softmax,
+  MatMul layers, TF32 allowed or not.
 
 Each engine is timed over its enqueue (the kernels only; inputs already in its arena) with
 CUDA events, median of ``repeats``, and its output checked against torch's fp32
@@ -16,9 +18,10 @@ CUDA events, median of ``repeats``, and its output checked against torch's fp32
 math, ``5e-3`` where TF32 is allowed). torch SDPA itself is timed too, and every tactic of
 the fused op is timed and checked on its own (what the tuner chose from).
 
-``attention_benchmark()`` returns ``{"shape", "gflop", "fused", "unfused_tf32",
-"unfused_fp32", "torch_sdpa", "tactics", "speedup_vs_unfused_tf32", ...}`` (times in ms)
-and prints a short table.
+``attention_benchmark()`` returns ``{"shape", "gflop", "fused", "fused_fp32",
+"unfused_tf32", "unfused_fp32", "torch_sdpa", "tactics", "speedup_vs_unfused_tf32", ...}``
+(times in ms; each engine entry names the tactic the tuner chose per layer) and prints a
+short table.
 """
 
 from __future__ import annotations
@@ -172,7 +175,8 @@ def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmu
             run()
             stream.synchronize()
             row["max_rel_err"] = _rel_err(out.copy_to_host(), want)
-            row["ok"] = row["max_rel_err"] <= FP32_TOL
+            row["math"] = tactic.math or "fp32"
+            row["ok"] = row["max_rel_err"] <= (TF32_TOL if tactic.math == "tf32" else FP32_TOL)
             row["ms"] = _events_ms(run, stream, repeats, warmup)
         except Exception as error:  # one broken tactic must not hide the others' numbers
             row.update(ok=False, error=f"{type(error).__name__}: {error}"[:500])
@@ -211,7 +215,8 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
 
     result = {"shape": {"batch": batch, "heads": heads, "seq": seq, "head": head, "mask": mask},
               "gflop": gflop, "torch_sdpa": {"ms": sdpa_ms, "tflops": gflop / sdpa_ms}}
-    variants = (("fused", FP32_TOL, {}),
+    variants = (("fused", TF32_TOL, {}),
+                ("fused_fp32", FP32_TOL, {"tf32": False}),
                 ("unfused_tf32", TF32_TOL, {"disabled_passes": {FUSE_PASS}}),
                 ("unfused_fp32", FP32_TOL, {"disabled_passes": {FUSE_PASS}, "tf32": False}))
     for name, tolerance, config in variants:
@@ -227,9 +232,10 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
         result["tactics"] = _tactic_sweep(registry, list(feeds.values()), want, repeats, warmup)
     except Exception as error:
         result["tactics"] = [{"ok": False, "error": f"{type(error).__name__}: {error}"[:800]}]
-    for name in ("unfused_tf32", "unfused_fp32", "torch_sdpa"):
-        if "ms" in result["fused"] and "ms" in result[name]:
-            result[f"speedup_vs_{name}"] = result[name]["ms"] / result["fused"]["ms"]
+    for fused, others in (("fused", ("unfused_tf32", "torch_sdpa")), ("fused_fp32", ("unfused_fp32", "torch_sdpa"))):
+        for name in others:
+            if "ms" in result[fused] and "ms" in result[name]:
+                result[f"speedup_{fused}_vs_{name}"] = result[name]["ms"] / result[fused]["ms"]
     _print(result)
     return result
 
@@ -239,18 +245,19 @@ def _print(result: dict) -> None:
     print(f"attention B={s['batch']} H={s['heads']} S={s['seq']} D={s['head']} fp32"
           f"{' masked' if s['mask'] else ''} ({result['gflop']:.2f} GFLOP; median ms, CUDA events)")
     print(f"{'variant':28} {'ms':>9} {'TFLOP/s':>8} {'rel err':>9} {'layers':>6} ok")
-    for name in ("fused", "unfused_tf32", "unfused_fp32"):
+    for name in ("fused", "fused_fp32", "unfused_tf32", "unfused_fp32"):
         entry = result[name]
         if "ms" in entry:
+            chosen = ", ".join(layer["tactic"] for layer in entry["tactics"] if layer["op"].startswith("plugrt.contrib"))
             print(f"{name:28} {entry['ms']:9.3f} {entry['tflops']:8.2f} {entry['max_rel_err']:9.2e} "
-                  f"{entry['layers']:6d} {entry['ok']}")
+                  f"{entry['layers']:6d} {entry['ok']} {chosen}")
         else:
             print(f"{name:28} failed: {entry.get('error')}")
     print(f"{'torch_sdpa':28} {result['torch_sdpa']['ms']:9.3f} {result['torch_sdpa']['tflops']:8.2f}")
     for row in result.get("tactics", []):
         if "ms" in row:
             print(f"  {row['name']:26} {row['ms']:9.3f} {result['gflop'] / row['ms']:8.2f} {row['max_rel_err']:9.2e}"
-                  f" {'':6} {row['ok']}")
+                  f" {row['math']:>6} {row['ok']}")
         else:
             print(f"  {row.get('name', 'tactics'):26} failed: {row.get('error')}")
 

@@ -1,7 +1,8 @@
 """plugrt-contrib-attention: fused multi-head attention for plugrt.
 
-Provides the op ``plugrt.contrib::MultiHeadAttention`` (:mod:`.op`, its kernel in
-:mod:`.kernels`) and the graph pass ``fuse_attention`` (:mod:`.fuse`), which replaces the
+Provides the op ``plugrt.contrib::MultiHeadAttention`` (:mod:`.op`; its kernels in
+:mod:`.simt` and :mod:`.tensor_cores`, ordered in :mod:`.tactics`) and the graph pass
+``fuse_attention`` (:mod:`.fuse`), which replaces the
 attention subgraph of exported transformers by it. Installed, it is found through the
 entry point group ``plugrt.plugins``; build without the pass with
 ``plugrt build --disable-pass contrib-attention:fuse_attention``.

@@ -15,7 +15,8 @@ import numpy as np
 
 from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, optional
 
-from plugrt_contrib_attention import kernels
+from plugrt_contrib_attention.problem import AttentionShapes
+from plugrt_contrib_attention.tactics import attention_tactics
 
 DOMAIN = "plugrt.contrib"
 OP_TYPE = "MultiHeadAttention"
@@ -106,8 +107,8 @@ class MultiHeadAttention(OpPlugin):
     def tactics(self, node, inputs, outputs, epilogue=None):
         q, k, v = inputs[:3]
         mask = optional(inputs, 3)
-        shapes = kernels.AttentionShapes.of(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
-        return kernels.attention_tactics(shapes, q.dtype, scale_of(node, q.shape[3]))
+        shapes = AttentionShapes.of(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
+        return attention_tactics(shapes, q.dtype, scale_of(node, q.shape[3]))
 
     def serialize(self, node):
         """Nothing beyond the attributes: the kernel is fully described by them and the shapes."""

@@ -12,14 +12,22 @@ import numpy as np
 import pytest
 
 from plugrt.testing import check_node
-from plugrt_contrib_attention import kernels
+from plugrt_contrib_attention import simt, tactics, tensor_cores
 from plugrt_contrib_attention.op import DOMAIN, OP_TYPE
+from plugrt_contrib_attention.problem import MAX_SHARED_BYTES, AttentionShapes
 
 RTOL, ATOL = 1e-4, 1e-5
+TF32_TOL = 5e-3  # TF32 products keep 10 mantissa bits
 
 
-def attention(feeds, attrs=None, **kw):
-    return check_node(OP_TYPE, feeds, attrs, domain=DOMAIN, opset=1, rtol=RTOL, atol=ATOL, **kw)
+def attention(feeds, attrs=None, rtol=RTOL, atol=ATOL, tf32_tol=TF32_TOL):
+    """Every tactic against the reference: fp32 ones at ``rtol``/``atol``, TF32 ones at
+    ``tf32_tol``; returns the reference outputs."""
+    names = [config.name for config in tactics.candidates()]
+    tf32 = [name for name in names if name.startswith("tf32")]
+    kw = dict(domain=DOMAIN, opset=1)
+    check_node(OP_TYPE, feeds, attrs, rtol=tf32_tol, atol=tf32_tol, tactics=tf32, **kw)
+    return check_node(OP_TYPE, feeds, attrs, rtol=rtol, atol=atol, tactics=[n for n in names if n not in tf32], **kw)
 
 
 def randn(rng, *shape, dtype=np.float32):
@@ -80,28 +88,36 @@ def test_shared_keys_and_values_broadcast_over_heads(rng):
 def test_float16(rng):
     feeds = {"q": randn(rng, 1, 2, 5, 8, dtype=np.float16), "k": randn(rng, 1, 2, 6, 8, dtype=np.float16),
              "v": randn(rng, 1, 2, 6, 8, dtype=np.float16)}
-    check_node(OP_TYPE, feeds, domain=DOMAIN, opset=1, rtol=1e-2, atol=1e-3)
+    attention(feeds, rtol=1e-2, atol=1e-3, tf32_tol=1e-2)
 
 
 def test_gpu_tiles_in_the_simulator(monkeypatch, rng):
     """The GPU's tile configurations, on one ragged problem (the simulator runs the scalar
-    form of the vector loads; the kernel code and indexing are the same)."""
-    geometries = {(c.bq, c.bk, c.ty, c.tx): c for c in kernels.GPU_CONFIGS}  # vector or not: the same here
-    monkeypatch.setattr(kernels, "SIM_CONFIGS", tuple(geometries.values()))
+    form of the vector loads and emulates the tensor cores; the kernel code and indexing
+    are the same)."""
+    geometries = {(c.bq, c.bk, c.ty, c.tx): c for c in simt.GPU_CONFIGS}  # vector or not: the same here
+    gpu = tuple(geometries.values()) + tensor_cores.GPU_CONFIGS[:2]
+    monkeypatch.setattr(tactics, "candidates", lambda gpu_=None: gpu)
     feeds = {"q": randn(rng, 1, 1, 3, 5), "k": randn(rng, 1, 1, 6, 5), "v": randn(rng, 1, 1, 6, 6),
              "mask": randn(rng, 3, 6)}
-    check_node(OP_TYPE, feeds, {"scale": 0.7}, domain=DOMAIN, opset=1, rtol=RTOL, atol=ATOL)
+    attention(feeds, {"scale": 0.7})
 
 
 def test_tactics_are_ordered_and_named():
-    shapes = kernels.AttentionShapes.of((8, 12, 512, 64), (8, 12, 512, 64), (8, 12, 512, 64))
-    names = [t.name for t in kernels.attention_tactics(shapes, np.float32, 0.125, kernels.GPU_CONFIGS)]
-    assert names[0] == "flash64x64_t8x16_scalar"  # the plain-Numba one is the tuner's reference
-    assert len(set(names)) == len(names) == len(kernels.GPU_CONFIGS)
-    for config in kernels.GPU_CONFIGS:
-        assert config.layout(64, 64).nbytes <= kernels.MAX_SHARED_BYTES
-    big = kernels.AttentionShapes.of((1, 1, 8, 512), (1, 1, 8, 512), (1, 1, 8, 512))
-    assert len(kernels.attention_tactics(big, np.float32, 1.0, kernels.GPU_CONFIGS)) < len(kernels.GPU_CONFIGS)
+    shapes = AttentionShapes.of((8, 12, 512, 64), (8, 12, 512, 64), (8, 12, 512, 64))
+    configs = tactics.candidates(gpu=True)
+    found = tactics.attention_tactics(shapes, np.float32, 0.125, configs)
+    names = [t.name for t in found]
+    assert names[0] == "flash64x64_t8x16_scalar"  # plain Numba: the tuner verifies the others against it
+    assert [t.math for t in found[1:3]] == ["tf32", "tf32"]  # timed at the default level when TF32 is on
+    assert [t.name for t in found if not t.math][:4] == [c.name for c in simt.GPU_CONFIGS[:4]]
+    assert len(set(names)) == len(names) == len(configs)
+    for config in simt.GPU_CONFIGS:
+        assert config.layout(64, 64).nbytes <= MAX_SHARED_BYTES
+    for config in tensor_cores.GPU_CONFIGS:
+        assert tensor_cores.Tf32Layout.of(config, 64, 64).nbytes <= MAX_SHARED_BYTES
+    big = AttentionShapes.of((1, 1, 8, 512), (1, 1, 8, 512), (1, 1, 8, 512))
+    assert len(tactics.attention_tactics(big, np.float32, 1.0, configs)) < len(configs)
 
 
 _TYPING = """
@@ -113,25 +129,31 @@ from numba.cuda.compiler import compile_cuda
 import numba.cuda.dispatcher as dispatcher
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(9, 0))
 import plugrt
-from plugrt_contrib_attention import kernels
+from plugrt_contrib_attention import simt, tensor_cores
 
 def arr(dtype):
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
 
 failures = []
-# the scalar and vector forms, and the two register-tile shapes; launch bounds only reach ptxas
-configs = {(c.vector, c.rows, c.cols): c for c in kernels.GPU_CONFIGS}
-cases = [(config, "float32", 64, 64, True, False) for config in configs.values()]
-cases += [(kernels.GPU_CONFIGS[1], "float16", 40, 24, False, True)]
-for config, dtype, d, dv, mask, even in cases:
-    kernel = kernels.flash_kernel(config, d, dv, dtype, mask, even, even)
+# the scalar and vector forms, the two register-tile shapes and the tensor-core kernel
+# (launch bounds only reach ptxas)
+configs = {(c.vector, c.rows, c.cols): c for c in simt.GPU_CONFIGS}
+cases = [(simt.flash_kernel, config, "float32", 64, 64, True, False) for config in configs.values()]
+cases += [(simt.flash_kernel, simt.GPU_CONFIGS[1], "float16", 40, 24, False, True)]
+cases += [(tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[0], "float32", 64, 64, True, False),
+          (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[1], "float16", 40, 24, False, True)]
+for make, config, dtype, d, dv, mask, even in cases:
+    tensor = make is tensor_cores.tf32_kernel
+    kernel = make(config, d, dv, dtype, mask, even, even, False) if tensor else make(config, d, dv, dtype, mask, even, even)
     args = (arr(dtype),) * 5 + (types.int64,) * 11 + (types.float32,)
     try:
         ir = compile_cuda(kernel.py_func, types.void, args, cc=(9, 0)).library.get_llvm_str()
         if " double " in ir:
             failures.append(f"{kernel.__name__}: float64 arithmetic")
-        if config.vector and "load <4 x float>" not in ir:
+        if not tensor and config.vector and "load <4 x float>" not in ir:
             failures.append(f"{kernel.__name__}: no 16-byte shared loads")
+        if tensor and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" not in ir:
+            failures.append(f"{kernel.__name__}: no tensor-core mma")
     except Exception as error:
         failures.append(f"{kernel.__name__}: {type(error).__name__}: {str(error)[:1500]}")
 print("FAILURES=" + repr(failures))

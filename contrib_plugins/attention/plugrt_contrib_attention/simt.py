@@ -1,4 +1,4 @@
-"""The fused attention kernel: one launch, shared-memory tiles, online softmax.
+"""The SIMT attention kernel: one launch, shared-memory tiles, online softmax, CUDA cores.
 
 Each block owns ``bq`` query rows of one (batch, head) and walks the keys in tiles of
 ``bk`` (flash-attention style). It stages its Q tile once (pre-multiplied by
@@ -31,15 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, from_dtype
 
-from plugrt.kernels import cuda, flat, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import cuda, jit
+from plugrt.tactic import Tactic
 
-#: Largest dynamic shared memory a block may ask for on sm_90 (227 KiB); the engine's
-#: launcher opts kernels above 48 KiB in.
-MAX_SHARED_BYTES = 227 * 1024
-#: Largest grid (blocks along x).
-MAX_BLOCKS = 2**31 - 1
-
+from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes
 
 @dataclass(frozen=True)
 class FlashConfig:
@@ -180,13 +175,10 @@ def shared_load4(vector: bool):
 
 @functools.lru_cache(maxsize=None)
 def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool):
-    """The attention kernel for one tile configuration, head sizes, dtype and shape class.
+    """The SIMT kernel for one tile configuration, head sizes, dtype and shape class.
 
-    Arguments: ``(out, q, k, v, mask, sq, sk, heads, k_sb, k_sh, v_sb, v_sh, m_sb, m_sh,
-    m_sq, m_sk, qscale)``: flat arrays, the sequence lengths and head count, element
-    strides of K's and V's batch and head (0 where broadcast) and of the mask's four axes
-    (0 where broadcast), and ``scale``. Grid: one block per (query tile,
-    batch x head), the query tile fastest; dynamic shared memory ``layout.nbytes``.
+    Arguments and grid: :mod:`plugrt_contrib_attention.problem`; dynamic shared memory
+    ``layout.nbytes``.
     ``even_q``/``even_k``: Sq (Sk) is a multiple of ``bq`` (``bk``), so no bounds checks.
 
     Thread ``(y, x)`` owns query rows ``y + ty * i``, score columns (keys) ``x + tx * j``
@@ -372,8 +364,8 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
 # --------------------------------------------------------------------------- tactics
 
 
-#: GPU configurations, safest first (fewest registers and shared memory), then the
-#: ones expected fastest at BERT-like sizes (head size 64, a few hundred tokens).
+#: GPU configurations, safest first (the plain-Numba scalar loads), then the ones expected
+#: fastest at BERT-like sizes (head size 64, a few hundred tokens).
 GPU_CONFIGS: tuple[FlashConfig, ...] = (
     FlashConfig(64, 64, 8, 16, vector=False),   # scalar shared loads: the plain-Numba reference
     FlashConfig(64, 64, 8, 16),                 # 128 threads, 8 x 4 scores, 8 x 4 outputs (Dv 64)
@@ -388,84 +380,13 @@ SIM_CONFIGS: tuple[FlashConfig, ...] = (
 )
 
 
-def configs() -> tuple[FlashConfig, ...]:
-    from plugrt.device import simulated
-
-    return SIM_CONFIGS if simulated() else GPU_CONFIGS
-
-
-@dataclass(frozen=True)
-class AttentionShapes:
-    """The concrete problem: Q ``[b, h, sq, d]``, K/V ``[.., sk, d / dv]``, broadcast strides."""
-
-    b: int
-    h: int
-    sq: int
-    sk: int
-    d: int
-    dv: int
-    k_strides: tuple[int, int]
-    v_strides: tuple[int, int]
-    mask_strides: tuple[int, int, int, int] | None
-
-    @classmethod
-    def of(cls, q_shape, k_shape, v_shape, mask_shape=None) -> "AttentionShapes":
-        b, h, sq, d = (int(x) for x in q_shape)
-        sk, dv = int(k_shape[2]), int(v_shape[3])
-
-        def lead_strides(shape):
-            rows = int(shape[2]) * int(shape[3])
-            return (int(shape[1]) * rows if int(shape[0]) != 1 else 0, rows if int(shape[1]) != 1 else 0)
-
-        mask = None
-        if mask_shape is not None:
-            full = (1,) * (4 - len(mask_shape)) + tuple(int(x) for x in mask_shape)
-            strides, step = [0, 0, 0, 0], 1
-            for axis in range(3, -1, -1):
-                strides[axis] = step if full[axis] != 1 else 0
-                step *= full[axis]
-            mask = tuple(strides)
-        return cls(b, h, sq, sk, d, dv, lead_strides(k_shape), lead_strides(v_shape), mask)
-
-
 def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: float) -> Tactic | None:
-    """One tactic of the fused kernel, or ``None`` when the tile's shared memory does not fit."""
+    """One tactic of the SIMT kernel, or ``None`` when the tile does not fit the problem."""
     config.check()
     lay = config.layout(shapes.d, shapes.dv)
-    if lay.nbytes > MAX_SHARED_BYTES:
+    if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
-    dtype_name = np.dtype(dtype).name
-    has_mask = shapes.mask_strides is not None
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
-    kernel = flash_kernel(config, shapes.d, shapes.dv, dtype_name, has_mask, even_q, even_k)
-    blocks = shapes.b * shapes.h * -(-shapes.sq // config.bq)
-    mask_strides = shapes.mask_strides or (0, 0, 0, 0)
-    qscale = np.float32(scale)
-
-    def launches(ins, outs, workspace):
-        if blocks == 0 or shapes.dv == 0:
-            return []
-        q, k, v = (flat(x) for x in ins[:3])
-        mask = flat(ins[3]) if has_mask else to_device(np.zeros(1, dtype_name))
-        if shapes.sk == 0:
-            raise ValueError("attention over zero keys is undefined (a softmax of nothing)")
-        args = (flat(outs[0]), q, k, v, mask, np.int64(shapes.sq), np.int64(shapes.sk), np.int64(shapes.h),
-                np.int64(shapes.k_strides[0]), np.int64(shapes.k_strides[1]),
-                np.int64(shapes.v_strides[0]), np.int64(shapes.v_strides[1]),
-                *(np.int64(s) for s in mask_strides), qscale)
-        return [Launch(kernel, blocks, config.threads, args, lay.nbytes)]
-
+    kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k)
+    launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
     return Tactic(config.name, launches, config.params())
-
-
-def attention_tactics(shapes: AttentionShapes, dtype, scale: float, candidates=None) -> list[Tactic]:
-    """The fused kernel's tactics for a problem, in preference order (see :data:`GPU_CONFIGS`)."""
-    blocks_per_tile = shapes.b * shapes.h
-    tactics = []
-    for config in candidates or configs():
-        if blocks_per_tile * -(-shapes.sq // config.bq) > MAX_BLOCKS:
-            continue
-        tactic = flash_tactic(config, shapes, dtype, scale)
-        if tactic is not None:
-            tactics.append(tactic)
-    return tactics

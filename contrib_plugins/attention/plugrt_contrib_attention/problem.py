@@ -1,0 +1,85 @@
+"""What every attention kernel shares: the concrete problem and its launch arguments.
+
+All kernels of this package take the same arguments, ``(out, q, k, v, mask, sq, sk, heads,
+k_sb, k_sh, v_sb, v_sh, m_sb, m_sh, m_sq, m_sk, qscale)``: flat arrays, the sequence
+lengths and head count, element strides of K's and V's batch and head (0 where
+broadcast) and of the mask's four axes (0 where broadcast), and ``scale``; and run one
+block per (query tile, batch x head), the query tile fastest (blocks of one head share
+its K and V in L2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plugrt.kernels import flat, to_device
+from plugrt.tactic import Launch
+
+#: Largest dynamic shared memory a block may ask for on sm_90 (227 KiB); the engine's
+#: launcher opts kernels above 48 KiB in.
+MAX_SHARED_BYTES = 227 * 1024
+#: Largest grid (blocks along x).
+MAX_BLOCKS = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class AttentionShapes:
+    """The concrete problem: Q ``[b, h, sq, d]``, K/V ``[.., sk, d / dv]``, broadcast strides."""
+
+    b: int
+    h: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+    k_strides: tuple[int, int]
+    v_strides: tuple[int, int]
+    mask_strides: tuple[int, int, int, int] | None
+
+    @classmethod
+    def of(cls, q_shape, k_shape, v_shape, mask_shape=None) -> "AttentionShapes":
+        b, h, sq, d = (int(x) for x in q_shape)
+        sk, dv = int(k_shape[2]), int(v_shape[3])
+
+        def lead_strides(shape):
+            rows = int(shape[2]) * int(shape[3])
+            return (int(shape[1]) * rows if int(shape[0]) != 1 else 0, rows if int(shape[1]) != 1 else 0)
+
+        mask = None
+        if mask_shape is not None:
+            full = (1,) * (4 - len(mask_shape)) + tuple(int(x) for x in mask_shape)
+            strides, step = [0, 0, 0, 0], 1
+            for axis in range(3, -1, -1):
+                strides[axis] = step if full[axis] != 1 else 0
+                step *= full[axis]
+            mask = tuple(strides)
+        return cls(b, h, sq, sk, d, dv, lead_strides(k_shape), lead_strides(v_shape), mask)
+
+    @property
+    def has_mask(self) -> bool:
+        return self.mask_strides is not None
+
+    def blocks(self, bq: int) -> int:
+        """The grid for query tiles of ``bq`` rows."""
+        return self.b * self.h * -(-self.sq // bq)
+
+    def launch_list(self, kernel, bq: int, threads: int, shared_bytes: int, dtype, scale: float):
+        """The tactic's ``launches(ins, outs, workspace)`` running ``kernel`` once."""
+        blocks = self.blocks(bq)
+        mask_strides = self.mask_strides or (0, 0, 0, 0)
+        dtype_name = np.dtype(dtype).name
+
+        def launches(ins, outs, workspace):
+            if blocks == 0 or self.dv == 0:
+                return []
+            q, k, v = (flat(x) for x in ins[:3])
+            mask = flat(ins[3]) if self.has_mask else to_device(np.zeros(1, dtype_name))
+            args = (flat(outs[0]), q, k, v, mask, np.int64(self.sq), np.int64(self.sk), np.int64(self.h),
+                    np.int64(self.k_strides[0]), np.int64(self.k_strides[1]),
+                    np.int64(self.v_strides[0]), np.int64(self.v_strides[1]),
+                    *(np.int64(s) for s in mask_strides), np.float32(scale))
+            return [Launch(kernel, blocks, threads, args, shared_bytes)]
+
+        return launches
