@@ -1,5 +1,9 @@
-"""Diagnostics for the GEMM tactics (GPU only): extra tile configurations timed at 4096^3,
-and each compiled kernel's registers, local memory and PTX instruction mix."""
+"""GEMM diagnostics (GPU only): more tile configurations timed at 4096^3 than the plugin
+offers, and each compiled kernel's registers, local memory (spills) and PTX mix.
+
+``python3 gemm_diag.py [--time]`` prints both; :func:`variants_benchmark` is the timing
+part, for ``gpu_run.py --parts gemm_variants``.
+"""
 
 from __future__ import annotations
 
@@ -10,34 +14,60 @@ import sys
 
 from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt
 
-gs.SIMT_CONFIGS = (gs.SimtConfig(128, 128, 8, 8, 4, 1),)
-gt.TF32_CONFIGS = tuple(gt.Tf32Config(*c) for c in (
-    (2, 4, 4, 4, 32, 3), (2, 4, 4, 4, 32, 4), (2, 4, 4, 4, 16, 4), (4, 2, 4, 8, 32, 3), (4, 4, 2, 4, 32, 3),
-    (4, 4, 2, 4, 32, 4), (2, 4, 2, 4, 32, 3), (2, 4, 4, 4, 64, 2)))
+SIMT_VARIANTS = ((128, 128, 8, 8, 4, 1), (128, 128, 8, 8, 8, 1), (128, 128, 8, 8, 8, 2))
+TF32_VARIANTS = ((2, 4, 4, 4, 32, 3), (2, 4, 4, 4, 32, 4), (2, 4, 4, 4, 16, 4), (4, 2, 4, 8, 32, 3),
+                 (4, 4, 2, 4, 32, 3), (4, 4, 2, 4, 32, 4), (2, 4, 2, 4, 32, 3), (2, 4, 4, 4, 64, 2))
+SKIP = ("direct", "tiled128x128x8_8x8", "tiled64x64x16_4x4", "tiled32x32x16_2x2")
 
-from gemm_bench import _matmul_tactics, sgemm_benchmark  # noqa: E402
 
-if "--time" in sys.argv:
-    sgemm_benchmark(4096, repeats=10, skip=("direct", "tiled128x128x8_8x8", "tiled64x64x16_4x4", "tiled32x32x16_2x2"))
-report = {}
-for tactic in _matmul_tactics(4096):
-    if not tactic.name.startswith(("simt", "tf32")) or "splitk" in tactic.name:
-        continue
-    kernel = tactic.launches.__closure__ and None
+class _Variants:
+    """Swap the plugin's tile lists for the variants while in the ``with`` block."""
+
+    def __enter__(self):
+        self.saved = gs.SIMT_CONFIGS, gt.TF32_CONFIGS
+        gs.SIMT_CONFIGS = tuple(gs.SimtConfig(*c) for c in SIMT_VARIANTS)
+        gt.TF32_CONFIGS = tuple(gt.Tf32Config(*c) for c in TF32_VARIANTS)
+
+    def __exit__(self, *exc):
+        gs.SIMT_CONFIGS, gt.TF32_CONFIGS = self.saved
+
+
+def variants_benchmark(n: int = 4096) -> dict:
+    from gemm_bench import sgemm_benchmark
+
+    with _Variants():
+        return sgemm_benchmark(n, repeats=10, skip=SKIP)
+
+
+def resources(n: int = 4096) -> dict:
+    """Registers, local memory and a PTX instruction count per variant kernel."""
     from numba import cuda
-    a = cuda.device_array((4096, 4096), "float32")
+
+    from gemm_bench import _matmul_tactics
     from plugrt.engine.launcher import PreparedLaunch
-    launch = tactic.launches([a, a], [a], None)[0]
-    PreparedLaunch(launch)(0)
-    cuda.synchronize()
-    disp = launch.kernel
-    try:
-        regs = list(disp.get_regs_per_thread().values())
-        local = list(disp.get_local_mem_per_thread().values())
-        ptx = "\n".join(disp.inspect_asm().values())
-        ops = collections.Counter(m.group(1) for m in re.finditer(r"^\s+([a-z][\w.]*)", ptx, re.M))
-        keep = {k: v for k, v in ops.items() if k.startswith(("ld.", "st.", "mma", "cvt.rna", "fma", "bar"))}
-        report[tactic.name] = {"regs": regs, "local": local, "ptx_ops": keep}
-    except Exception as error:
-        report[tactic.name] = {"error": repr(error)[:300]}
-    print(tactic.name, json.dumps(report[tactic.name])[:900])
+
+    report = {}
+    with _Variants():
+        a = cuda.device_array((n, n), "float32")
+        for tactic in _matmul_tactics(n):
+            if not tactic.name.startswith(("simt", "tf32")) or "splitk" in tactic.name:
+                continue
+            launch = tactic.launches([a, a], [a], None)[0]
+            PreparedLaunch(launch)(0)
+            cuda.synchronize()
+            kernel = launch.kernel
+            ptx = "\n".join(kernel.inspect_asm().values())
+            ops = collections.Counter(m.group(1) for m in re.finditer(r"^\s+([a-z][\w.]*)", ptx, re.M))
+            report[tactic.name] = {
+                "regs": list(kernel.get_regs_per_thread().values()),
+                "local": list(kernel.get_local_mem_per_thread().values()),
+                "ptx_ops": {k: v for k, v in ops.items() if k.startswith(("ld.", "st.", "mma", "cp.", "cvt.rna", "bar"))},
+            }
+            print(tactic.name, json.dumps(report[tactic.name])[:900])
+    return report
+
+
+if __name__ == "__main__":
+    if "--time" in sys.argv:
+        variants_benchmark()
+    resources()

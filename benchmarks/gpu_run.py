@@ -205,7 +205,7 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
-PARTS = ("chain", "gemm", "tuning", "models")
+PARTS = ("chain", "gemm", "attention", "tuning", "models", "gemm_variants")
 
 
 def main() -> int:
@@ -233,6 +233,10 @@ def main() -> int:
             report["tuning"] = guarded(tuning_benchmark, args.out, resnet18_onnx(args.out))
         elif part == "models":
             report["models"] = run_models(args.out)
+        elif part == "attention":
+            report["attention"] = guarded(lambda: __import__("attention_bench").attention_benchmark())
+        elif part == "gemm_variants":
+            report["gemm_variants"] = guarded(lambda: __import__("gemm_diag").variants_benchmark())
         save()
         print_part(part, report)
     return 0
@@ -306,8 +310,10 @@ def print_part(part: str, report: dict) -> None:
                   f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
                   f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
                   f"{tuning['warm_plan_identical']}")
-    elif part == "gemm" and "error" in report["sgemm"]:
-        print(f"sgemm ERROR {report['sgemm']['error'][:300]}")
+    elif part in ("gemm", "attention", "gemm_variants"):
+        entry = report["sgemm" if part == "gemm" else part]
+        if "error" in entry:
+            print(f"{part} ERROR {entry['error'][:300]}")
     sys.stdout.flush()
 
 
