@@ -29,7 +29,7 @@ import numpy as np
 from numba import float32, uint32
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit
+from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops.gemm_simt import (
     choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
@@ -231,6 +231,10 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
     slice is ``smem[a_off + row * ars + k * aks]``, B's (col, k) ``smem[b_off + col * brs + k * bks]``."""
     to_tf32, mma = _intrinsics()
     fa_len, fb_len = 4 * mi, 2 * ni
+    # Unsigned shared-memory indices: no negative-index wraparound code per fragment load.
+    U = np.uint64
+    UARS, UAKS, UBRS, UBKS = U(ars), U(aks), U(brs), U(bks)
+    A_ROW8, A_K4, B_K4 = U(8 * ars), U(4 * aks), U(4 * bks)
 
     @jit(device=True)
     def load(smem, p):
@@ -240,18 +244,20 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
     def warp_mma(smem, a_off, b_off, lane, acc):
         fa = cuda.local.array(fa_len, float32)
         fb = cuda.local.array(fb_len, float32)
-        g = lane >> 2
-        t = lane & 3
+        g = U(lane >> 2)
+        t = U(lane & 3)
+        a_lane = U(a_off) + g * UARS + t * UAKS
+        b_lane = U(b_off) + g * UBRS + t * UBKS
         for i in range(mi):
-            p = a_off + (i * 16 + g) * ars + t * aks
+            p = a_lane + U(i * 16 * ars)
             fa[4 * i] = load(smem, p)
-            fa[4 * i + 1] = load(smem, p + 8 * ars)
-            fa[4 * i + 2] = load(smem, p + 4 * aks)
-            fa[4 * i + 3] = load(smem, p + 8 * ars + 4 * aks)
+            fa[4 * i + 1] = load(smem, p + A_ROW8)
+            fa[4 * i + 2] = load(smem, p + A_K4)
+            fa[4 * i + 3] = load(smem, p + A_ROW8 + A_K4)
         for j in range(ni):
-            q = b_off + (j * 8 + g) * brs + t * bks
+            q = b_lane + U(j * 8 * brs)
             fb[2 * j] = load(smem, q)
-            fb[2 * j + 1] = load(smem, q + 4 * bks)
+            fb[2 * j + 1] = load(smem, q + B_K4)
         for i in range(mi):
             for j in range(ni):
                 base = (i * ni + j) * 4
@@ -349,6 +355,7 @@ def register_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: 
     warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
     round_a = tf32_rounder(_emulated(emulated), A_LOADS)
     round_b = tf32_rounder(_emulated(emulated), B_LOADS)
+    SLICES = tuple(range(0, BK, 8))
 
     @jit(device=True)
     def mainloop(smem, a, b, ao, bo, sam, sak, sbk, sbn, m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc):
@@ -371,8 +378,8 @@ def register_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: 
                 fetch_b(b, bo, sbn, sbk, n0, k_next, n, k_end, tid, gb)
             a_off = cur * A_SIZE + wrow
             b_off = B_AT + cur * B_SIZE + wcol
-            for ks in range(BK // 8):
-                warp_mma(smem, a_off + ks * 8 * LDA, b_off + ks * 8 * LDB, lane, acc)
+            for ks in literal_unroll(SLICES):
+                warp_mma(smem, a_off + ks * LDA, b_off + ks * LDB, lane, acc)
             if more:
                 other = 1 - cur
                 round_a(ga)
@@ -406,6 +413,7 @@ def pipelined_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous:
     _, commit, wait = async_copy(_emulated(emulated), S - 2)
     _, _, wait_all = async_copy(_emulated(emulated), 0)
     warp_mma = warp_mma_for(MI, NI, (ARS, AKS), (BRS, BKS), True, emulated)
+    SLICES = tuple(range(0, BK, 8))
 
     @jit(device=True)
     def mainloop(smem, a, b, ao, bo, sam, sak, sbk, sbn, m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc):
@@ -427,8 +435,8 @@ def pipelined_mainloop(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous:
             cur = t % S
             a_off = cur * A_STAGE + wrow * ARS
             b_off = B_AT + cur * B_STAGE + wcol * BRS
-            for ks in range(BK // 8):
-                warp_mma(smem, a_off + ks * 8 * AKS, b_off + ks * 8 * BKS, lane, acc)
+            for ks in literal_unroll(SLICES):  # unrolled: the next slice's loads overlap this one's MMAs
+                warp_mma(smem, a_off + ks * AKS, b_off + ks * BKS, lane, acc)
         wait_all()
         cuda.syncthreads()
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from numba import cuda
+from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: `for x in literal_unroll(t)`)
 
 from plugrt.device import simulated
 from plugrt.tactic import Launch, Tactic
