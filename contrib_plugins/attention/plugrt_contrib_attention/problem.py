@@ -10,11 +10,13 @@ its K and V in L2).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+from numba import float32
 
-from plugrt.kernels import flat, to_device
+from plugrt.kernels import flat, jit, to_device
 from plugrt.tactic import Launch
 
 #: Largest dynamic shared memory a block may ask for on sm_90 (227 KiB); the engine's
@@ -83,3 +85,45 @@ class AttentionShapes:
             return [Launch(kernel, blocks, threads, args, shared_bytes)]
 
         return launches
+
+
+@jit(device=True)
+def as_is(x):
+    """The identity, for :func:`tile_stager` (float32 kernels stage values unchanged)."""
+    return x
+
+
+@functools.lru_cache(maxsize=None)
+def tile_stager(rows: int, cols: int, width: int, at: int, pitch: int, threads: int, convert):
+    """``stage(smem, src, base, count, scale, tid)``: copy ``rows x cols`` of a row-major
+    ``src`` (rows of ``cols`` elements from ``base``; those past ``count`` read as 0) into
+    ``smem[at + r * pitch + c]`` for ``c < width`` (columns past ``cols`` zero), scaled and
+    passed through ``convert`` (a device function: TF32 rounding, or :func:`as_is`). Consecutive threads take consecutive columns (coalesced reads); when
+    ``width`` divides the block each thread keeps its column (no index division)."""
+    zero = float32(0.0)
+    if threads % width == 0:
+        step = threads // width
+
+        @jit(device=True)
+        def stage(smem, src, base, count, scale, tid):
+            col = tid % width
+            inside = col < cols
+            for r in range(tid // width, rows, step):
+                value = zero
+                if inside and r < count:
+                    value = convert(float32(src[base + r * cols + col]) * scale)
+                smem[at + r * pitch + col] = value
+
+        return stage
+
+    @jit(device=True)
+    def stage(smem, src, base, count, scale, tid):
+        for e in range(tid, rows * width, threads):
+            r = e // width
+            col = e - r * width
+            value = zero
+            if col < cols and r < count:
+                value = convert(float32(src[base + r * cols + col]) * scale)
+            smem[at + r * pitch + col] = value
+
+    return stage

@@ -34,7 +34,7 @@ from numba import float32, from_dtype
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes
+from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, as_is, tile_stager
 
 @dataclass(frozen=True)
 class FlashConfig:
@@ -194,7 +194,9 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     NT = config.threads
     D, DV = d, dv
     LDQ, LDK, LDV = lay.ldq, lay.ldk, lay.ldv
-    Q_ELEMS, K_ELEMS, V_ELEMS = BQ * LDQ, BK * LDK, BK * LDV
+    stage_q = tile_stager(BQ, d, lay.d4, lay.q_at, LDQ, NT, as_is)
+    stage_k = tile_stager(BK, d, lay.d4, lay.kp_at, LDK, NT, as_is)
+    stage_v = tile_stager(BK, dv, LDV, lay.v_at, LDV, NT, as_is)
     SCORES, OUTS, KVEC, VVEC = RM * RN, RM * RD, 4 * RN, 4 * RD   # register tiles (constant sizes)
     out_type = from_dtype(np.dtype(dtype_name))
     load4 = shared_load4(config.vector)
@@ -233,13 +235,7 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
         v_base = b * v_sb + h * v_sh
         m_base = b * m_sb + h * m_sh
 
-        for e in range(tid, Q_ELEMS, NT):  # the Q tile, pre-scaled, head dims zero-padded
-            r = e // LDQ
-            col = e - r * LDQ
-            value = zero
-            if col < D and (even_q or q0 + r < sq):
-                value = float32(q[q_base + r * D + col]) * qscale
-            smem[UQ_AT + U(e)] = value
+        stage_q(smem, q, q_base, sq - q0, qscale, tid)  # the Q tile, pre-scaled, head dims zero-padded
         for i in range(RM):
             m[i] = minus_inf
             lsum[i] = zero
@@ -249,20 +245,8 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
         ktiles = (sk + BK - 1) // BK
         for kt in range(ktiles):
             k0 = kt * BK
-            for e in range(tid, K_ELEMS, NT):  # K tile
-                c = e // LDK
-                col = e - c * LDK
-                value = zero
-                if col < D and (even_k or k0 + c < sk):
-                    value = float32(k[k_base + (k0 + c) * D + col])
-                smem[UKP_AT + U(e)] = value
-            for e in range(tid, V_ELEMS, NT):  # V tile
-                c = e // LDV
-                col = e - c * LDV
-                value = zero
-                if col < DV and (even_k or k0 + c < sk):
-                    value = float32(v[v_base + (k0 + c) * DV + col])
-                smem[UV_AT + U(e)] = value
+            stage_k(smem, k, k_base + k0 * D, sk - k0, one, tid)
+            stage_v(smem, v, v_base + k0 * DV, sk - k0, one, tid)
             cuda.syncthreads()
 
             for i in range(SCORES):

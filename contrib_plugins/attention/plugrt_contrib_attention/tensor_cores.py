@@ -34,7 +34,7 @@ from plugrt.device import simulated
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes
+from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, tile_stager
 
 CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
 MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -232,10 +232,12 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
     KS, KP = D8 // 8, BK // 8               # k-steps of S = Q K^T and of O += P V
     WROWS = 16 * MI
     SACC, OACC, ROWS, FRAGS = MI * NS * 4, MI * NO * 4, 2 * MI, 4 * MI
-    Q_ELEMS, K_ELEMS, V_ELEMS = BQ * LDQ, BK * LDK, BK * LDV
     out_type = from_dtype(np.dtype(dtype_name))
     to_tf32, load_q, mma_s = warp_steps(LDQ, LDK, 1, emulated)     # S: A = Qs rows, B(d, key) = Ks[key][d]
     _, load_p, mma_o = warp_steps(LDP, 1, LDV, emulated)           # O: A = Ps rows, B(key, dv) = Vs[key][dv]
+    stage_q = tile_stager(BQ, D, D8, Q_AT, LDQ, NT, to_tf32)
+    stage_k = tile_stager(BK, D, D8, KP_AT, LDK, NT, to_tf32)
+    stage_v = tile_stager(BK, DV, lay.dv8, V_AT, LDV, NT, to_tf32)
     minus_inf = float32(-np.inf)
     zero = float32(0.0)
     one = float32(1.0)
@@ -270,13 +272,7 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
         w0 = warp * WROWS                        # the warp's first row in the block's tile
         ug, ut, uw0 = U(g), U(t), U(w0)
 
-        for e in range(tid, Q_ELEMS, NT):  # Q tile: pre-scaled, TF32, head dims zero-padded
-            r = e // LDQ
-            col = e - r * LDQ
-            value = zero
-            if col < D and (even_q or q0 + r < sq):
-                value = to_tf32(float32(q[q_base + r * D + col]) * qscale)
-            smem[Q_AT + e] = value
+        stage_q(smem, q, q_base, sq - q0, qscale, tid)  # Q tile: pre-scaled, TF32, head dims zero-padded
         for i in range(ROWS):
             m[i] = minus_inf
             lsum[i] = zero
@@ -286,20 +282,8 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
         ktiles = (sk + BK - 1) // BK
         for kt in range(ktiles):
             k0 = kt * BK
-            for e in range(tid, K_ELEMS, NT):
-                c = e // LDK
-                col = e - c * LDK
-                value = zero
-                if col < D and (even_k or k0 + c < sk):
-                    value = to_tf32(float32(k[k_base + (k0 + c) * D + col]))
-                smem[KP_AT + e] = value
-            for e in range(tid, V_ELEMS, NT):
-                c = e // LDV
-                col = e - c * LDV
-                value = zero
-                if col < DV and (even_k or k0 + c < sk):
-                    value = to_tf32(float32(v[v_base + (k0 + c) * DV + col]))
-                smem[V_AT + e] = value
+            stage_k(smem, k, k_base + k0 * D, sk - k0, one, tid)
+            stage_v(smem, v, v_base + k0 * DV, sk - k0, one, tid)
             cuda.syncthreads()
 
             for i in range(SACC):
