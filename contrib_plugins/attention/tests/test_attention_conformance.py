@@ -1,9 +1,14 @@
-"""The plugin against plugrt's conformance kit, over every example the op claims."""
+"""The plugin against plugrt's conformance kit, its registration, and its refusals."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from plugrt import ShapeError, UnsupportedError
+from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
-from plugrt.testing import check_plugin
+from plugrt.testing import check_plugin, single_node_model
 
 
 def test_conformance():
@@ -18,3 +23,20 @@ def test_registered_through_the_entry_point():
     assert [op.op_type for op in record.ops] == ["MultiHeadAttention"]
     assert [p.name for p in record.passes] == ["fuse_attention"]
     assert not [failure for failure in registry.failures if failure.name == "contrib-attention"]
+
+
+def load(**feeds):
+    model = single_node_model("MultiHeadAttention", feeds, domain="plugrt.contrib", opset=1)
+    return import_model(model, registry=default_registry())
+
+
+def test_bad_inputs_are_refused_naming_the_node():
+    f32 = np.zeros((1, 2, 3, 4), np.float32)
+    with pytest.raises(ShapeError, match="test_multiheadattention.*head size 4 differs from K's 5"):
+        load(q=f32, k=np.zeros((1, 2, 3, 5), np.float32), v=f32)
+    with pytest.raises(ShapeError, match="does not broadcast to"):
+        load(q=f32, k=f32, v=f32, mask=np.zeros((2, 3), np.float32))
+    with pytest.raises(UnsupportedError, match=r"test_multiheadattention.*rank 3.*\[batch, heads, sequence"):
+        load(q=f32[0], k=f32[0], v=f32[0])
+    with pytest.raises(UnsupportedError, match="K of dtype float16.*cast"):
+        load(q=f32, k=f32.astype(np.float16), v=f32)
