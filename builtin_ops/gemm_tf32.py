@@ -186,6 +186,48 @@ def async_copy(emulated: bool, pending: int):
     return copy16, statement("cp.async.commit_group;"), statement(f"cp.async.wait_group {pending};")
 
 
+def _ldmatrix_ptx(count: int) -> str:
+    outs = ", ".join(f"${k}" for k in range(count))
+    return ("{ .reg .u64 sh64; .reg .u32 sh32; "
+            f"cvta.to.shared.u64 sh64, ${count}; cvt.u32.u64 sh32, sh64; "
+            f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 {{{outs}}}, [sh32]; }}")
+
+
+#: ``ldmatrix`` of four (two) 8x8 b16 matrices, i.e. 8 rows x 4 float32 each: every lane
+#: gives the generic address of one row and receives its (lane / 4, lane % 4) element of
+#: each matrix, exactly the m16n8k8 TF32 fragment layout for operands stored K-contiguous.
+LDMATRIX_X4_PTX = _ldmatrix_ptx(4)
+LDMATRIX_X2_PTX = _ldmatrix_ptx(2)
+
+
+@functools.lru_cache(maxsize=None)
+def _ldmatrix():
+    """``(ldmatrix_x4, ldmatrix_x2)``: ``ldmatrix_xN(smem, index)`` with this lane's row at
+    ``smem[index]`` (16-byte aligned); returns N float32 (GPU target only)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+
+    def make(count, ptx):
+        @intrinsic
+        def ldmatrix(typingctx, array, index):
+            def codegen(context, builder, sig, args):
+                data = context.make_array(sig.args[0])(context, builder, args[0]).data
+                offset = context.cast(builder, args[1], sig.args[1], types.int64)
+                address = builder.ptrtoint(builder.gep(data, [offset]), i64)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * count), [i64]), ptx,
+                                   ",".join(["=r"] * count) + ",l,~{memory}", side_effect=True)
+                result = builder.call(asm, [address])
+                items = [builder.bitcast(builder.extract_value(result, k), f32) for k in range(count)]
+                return context.make_tuple(builder, sig.return_type, items)
+            return types.UniTuple(types.float32, count)(array, index), codegen
+        return ldmatrix
+
+    return make(4, LDMATRIX_X4_PTX), make(2, LDMATRIX_X2_PTX)
+
+
 @functools.lru_cache(maxsize=None)
 def async_tile_copy(rows: int, bk: int, k_contiguous: bool, rs: int, ks: int, threads: int, emulated: bool):
     """``copy(src, base, srow, sk, row0, k0, smem, offset, tid)``: start this thread's
@@ -240,24 +282,47 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
     def load(smem, p):
         return to_tf32(smem[p]) if round_loads else smem[p]
 
+    # K-contiguous operands (k stride 1) are read with ldmatrix: lane l addresses row
+    # l % 8 (+ 8 for A's matrices 1 and 3) at k offset 4 * (matrix // 2) (A) or 4 * matrix (B).
+    A_MATRIX, B_MATRIX = aks == 1, bks == 1
+    ldmatrix_x4, ldmatrix_x2 = _ldmatrix() if A_MATRIX or B_MATRIX else (None, None)
+
     @jit(device=True)
     def warp_mma(smem, a_off, b_off, lane, acc):
         fa = cuda.local.array(fa_len, float32)
         fb = cuda.local.array(fb_len, float32)
         g = U(lane >> 2)
         t = U(lane & 3)
-        a_lane = U(a_off) + g * UARS + t * UAKS
-        b_lane = U(b_off) + g * UBRS + t * UBKS
-        for i in range(mi):
-            p = a_lane + U(i * 16 * ars)
-            fa[4 * i] = load(smem, p)
-            fa[4 * i + 1] = load(smem, p + A_ROW8)
-            fa[4 * i + 2] = load(smem, p + A_K4)
-            fa[4 * i + 3] = load(smem, p + A_ROW8 + A_K4)
-        for j in range(ni):
-            q = b_lane + U(j * 8 * brs)
-            fb[2 * j] = load(smem, q)
-            fb[2 * j + 1] = load(smem, q + B_K4)
+        r8 = U(lane & 7)
+        matrix = U(lane >> 3)
+        if A_MATRIX:
+            a_lane = U(a_off) + (r8 + (matrix & U(1)) * U(8)) * UARS + (matrix >> U(1)) * U(4)
+            for i in range(mi):
+                v = ldmatrix_x4(smem, a_lane + U(i * 16 * ars))
+                fa[4 * i] = to_tf32(v[0])
+                fa[4 * i + 1] = to_tf32(v[1])
+                fa[4 * i + 2] = to_tf32(v[2])
+                fa[4 * i + 3] = to_tf32(v[3])
+        else:
+            a_lane = U(a_off) + g * UARS + t * UAKS
+            for i in range(mi):
+                p = a_lane + U(i * 16 * ars)
+                fa[4 * i] = load(smem, p)
+                fa[4 * i + 1] = load(smem, p + A_ROW8)
+                fa[4 * i + 2] = load(smem, p + A_K4)
+                fa[4 * i + 3] = load(smem, p + A_ROW8 + A_K4)
+        if B_MATRIX:
+            b_lane = U(b_off) + r8 * UBRS + (matrix & U(1)) * U(4)
+            for j in range(ni):
+                w = ldmatrix_x2(smem, b_lane + U(j * 8 * brs))
+                fb[2 * j] = to_tf32(w[0])
+                fb[2 * j + 1] = to_tf32(w[1])
+        else:
+            b_lane = U(b_off) + g * UBRS + t * UBKS
+            for j in range(ni):
+                q = b_lane + U(j * 8 * brs)
+                fb[2 * j] = load(smem, q)
+                fb[2 * j + 1] = load(smem, q + B_K4)
         for i in range(mi):
             for j in range(ni):
                 base = (i * ni + j) * 4

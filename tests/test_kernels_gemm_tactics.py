@@ -315,6 +315,26 @@ def test_tensor_cores_match_the_emulated_sibling(rng):
     assert np.max(np.abs(out[False] - a.astype(np.float64) @ b)) <= TF32_TOL * scale
 
 
+@pytest.mark.skipif(simulated(), reason="tensor cores need a GPU")
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_pipelined_tensor_cores_match_the_emulated_sibling(rng, trans_b):
+    """cp.async ring + ldmatrix (A K-contiguous; B K-contiguous with transB) on a GPU against
+    the scalar sibling, production tile, several K tiles, split K too."""
+    from plugrt.testing import run_tactic as run
+
+    a, b = rand(rng, (256, 160)), rand(rng, (256, 160) if trans_b else (160, 128))
+    feeds = {"a": a, "b": b}
+    graph = import_model(single_node_model("Gemm", feeds, {"transB": trans_b}), registry=default_registry())
+    meta, offs = matmul_kernels.gemm_plan(a.shape, b.shape, None, False, bool(trans_b), 1.0, 0.0, False)
+    want = a.astype(np.float64) @ (b.T if trans_b else b)
+    scale = np.max(np.abs(want))
+    for splits in (1, 2):
+        out = {e: run(graph, gemm_tf32.tf32_tactic(PRODUCTION_TF32[0], meta, offs, epilogue=no_epilogue(2),
+                                                   splits=splits, emulated=e), feeds)[0] for e in (False, True)}
+        assert np.max(np.abs(out[False] - out[True])) <= 1e-4 * scale, f"splits {splits}"
+        assert np.max(np.abs(out[False] - want)) <= TF32_TOL * scale
+
+
 # ----------------------------------------------------------------------------- offline checks
 
 
@@ -329,6 +349,11 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
     for index in reversed(range(len(names))):
         mma = mma.replace(f"${index}", names[index])
     copy = gemm_tf32.CP_ASYNC_PTX.replace("$0", "%rd2").replace("$1", "%rd1")
+    ldsm4 = gemm_tf32.LDMATRIX_X4_PTX.replace("$4", "%rd2")
+    ldsm2 = gemm_tf32.LDMATRIX_X2_PTX.replace("$2", "%rd2")
+    for index, name in enumerate(["%r1", "%r2", "%r3", "%r4"]):
+        ldsm4 = ldsm4.replace(f"${index}", name)
+        ldsm2 = ldsm2.replace(f"${index}", name)
     source = f"""
 .version 8.0
 .target sm_90
@@ -344,6 +369,9 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
     {copy}
     cp.async.commit_group;
     cp.async.wait_group 0;
+    bar.sync 0;
+    {ldsm4}
+    {ldsm2}
     mov.f32 %f1, 0f3F800000;
     mov.f32 %f2, 0f3F800000;
     mov.f32 %f3, 0f3F800000;
