@@ -43,6 +43,21 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+def pytest_sessionfinish(session):
+    """Under pytest-xdist, a worker hands its conformance outcomes to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["conformance"] = {"cpu": CONFORMANCE_OUTCOMES, "cuda": CONFORMANCE_CUDA_OUTCOMES}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller merges each xdist worker's conformance outcomes."""
+    received = getattr(node, "workeroutput", {}).get("conformance", {})
+    for key, outcomes in (("cpu", CONFORMANCE_OUTCOMES), ("cuda", CONFORMANCE_CUDA_OUTCOMES)):
+        outcomes.update({name: tuple(value) for name, value in received.get(key, {}).items()})
+
+
 def pytest_terminal_summary(terminalreporter):
     if not CONFORMANCE_OUTCOMES and not CONFORMANCE_CUDA_OUTCOMES:
         return
