@@ -127,3 +127,48 @@ def tile_stager(rows: int, cols: int, width: int, at: int, pitch: int, threads: 
             smem[at + r * pitch + col] = value
 
     return stage
+
+
+@functools.lru_cache(maxsize=None)
+def shared_vector_load(width: int, vector: bool = True):
+    """``load(smem, i)``: ``smem[i : i + width]`` of a 1-D float32 array (``width`` 2 or 4)
+    as a tuple; with ``vector`` one ``4 * width``-byte load (``i`` a multiple of ``width``,
+    the data aligned to it), else scalar loads (always in the simulator, which runs no
+    LLVM intrinsics). Indices are uint64."""
+    from plugrt.device import simulated
+
+    if not vector or simulated():
+        one, two, three = np.uint64(1), np.uint64(2), np.uint64(3)
+        if width == 2:
+            @jit(device=True)
+            def load(smem, i):
+                return smem[i], smem[i + one]
+        else:
+            @jit(device=True)
+            def load(smem, i):
+                return smem[i], smem[i + one], smem[i + two], smem[i + three]
+        return load
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    vec = ir.VectorType(ir.FloatType(), width)
+
+    @intrinsic
+    def load(typingctx, array, index):
+        if not (isinstance(array, types.Array) and array.dtype == types.float32 and array.ndim == 1
+                and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            offset = context.cast(builder, args[1], sig.args[1], types.uint64)
+            address = builder.bitcast(builder.gep(data, [offset]), ir.PointerType(vec))
+            value = builder.load(address, align=4 * width)
+            items = [builder.extract_element(value, ir.Constant(ir.IntType(32), k)) for k in range(width)]
+            return context.make_tuple(builder, sig.return_type, items)
+
+        return types.UniTuple(types.float32, width)(array, index), codegen
+
+    return load

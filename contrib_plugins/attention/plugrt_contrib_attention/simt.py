@@ -34,7 +34,8 @@ from numba import float32, from_dtype
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, as_is, tile_stager
+from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, as_is,
+                                              shared_vector_load, tile_stager)
 
 @dataclass(frozen=True)
 class FlashConfig:
@@ -133,47 +134,6 @@ class SharedLayout:
 
 
 @functools.lru_cache(maxsize=None)
-def shared_load4(vector: bool):
-    """``load4(smem, i)``: ``smem[i : i + 4]`` of a float32 array as four values; with
-    ``vector`` one 16-byte load (``i`` a multiple of 4, the data 16-byte aligned), else four
-    scalar loads (and always in the simulator, which runs no LLVM intrinsics)."""
-    from plugrt.device import simulated
-
-    if not vector or simulated():
-        one, two, three = np.uint64(1), np.uint64(2), np.uint64(3)
-
-        @jit(device=True)
-        def load4(smem, i):
-            return smem[i], smem[i + one], smem[i + two], smem[i + three]
-
-        return load4
-
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    vec = ir.VectorType(ir.FloatType(), 4)
-
-    @intrinsic
-    def load4(typingctx, array, index):
-        if not (isinstance(array, types.Array) and array.dtype == types.float32 and array.ndim == 1
-                and isinstance(index, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            data = context.make_array(sig.args[0])(context, builder, args[0]).data
-            offset = context.cast(builder, args[1], sig.args[1], types.uint64)
-            address = builder.bitcast(builder.gep(data, [offset]), ir.PointerType(vec))
-            value = builder.load(address, align=16)
-            items = [builder.extract_element(value, ir.Constant(ir.IntType(32), k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, items)
-
-        return types.UniTuple(types.float32, 4)(array, index), codegen
-
-    return load4
-
-
-@functools.lru_cache(maxsize=None)
 def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool):
     """The SIMT kernel for one tile configuration, head sizes, dtype and shape class.
 
@@ -199,7 +159,7 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     stage_v = tile_stager(BK, dv, LDV, lay.v_at, LDV, NT, as_is)
     SCORES, OUTS, KVEC, VVEC = RM * RN, RM * RD, 4 * RN, 4 * RD   # register tiles (constant sizes)
     out_type = from_dtype(np.dtype(dtype_name))
-    load4 = shared_load4(config.vector)
+    load4 = shared_vector_load(4, config.vector)
     U = np.uint64
     # Unsigned shared-memory indices: no negative-index wraparound code in the hot loops.
     U4, UTX, UTY, URD, URM, URN = U(4), U(TX), U(TY), U(RD), U(RM), U(RN)

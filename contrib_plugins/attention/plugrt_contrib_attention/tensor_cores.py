@@ -12,8 +12,10 @@ shared memory (over K's words, rounded to TF32) and ``O += P V`` runs on tensor 
 
 Fragment layout of m16n8k8 (``g = lane / 4``, ``t = lane % 4``): A holds (row, k) =
 (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B holds (k, n) = (t, g), (t + 4, g); the
-accumulators (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Shared tiles are padded
-so every fragment read hits 32 different banks.
+accumulators (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Within each 8-wide k
+slice the kernel maps k = t and k = t + 4 to the columns 2t and 2t + 1 of both operands
+(a sum does not care about its order), so a lane reads its A pairs, and K's, with 8-byte
+loads. Shared tiles are padded so the fragment reads are conflict-free.
 
 The kernel body is the same everywhere; only the warp step differs: on a GPU ``mma.sync``
 and ``cvt.rna.tf32.f32`` (inline PTX through ``@intrinsic``); in the simulator, which runs
@@ -34,7 +36,8 @@ from plugrt.device import simulated
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, tile_stager
+from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, shared_vector_load,
+                                              tile_stager)
 
 CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
 MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -96,8 +99,9 @@ class Tf32Layout:
     @classmethod
     def of(cls, config: Tf32Config, d: int, dv: int) -> "Tf32Layout":
         d8, dv8 = -(-max(d, 1) // 8) * 8, -(-max(dv, 1) // 8) * 8
-        ldq, ldk, ldp = _padded(d8, 4), _padded(d8, 4), _padded(config.bk, 4)  # A-style reads: 4g + t
-        ldv = _padded(dv8, 8)                                                  # B reads along k: 8t + g
+        # 8-byte fragment reads of rows g at columns 2t: banks 8g + 2t (a half warp each)
+        ldq, ldk, ldp = _padded(d8, 8), _padded(d8, 8), _padded(config.bk, 8)
+        ldv = _padded(dv8, 4)  # V's fragment reads rows 2t (and 2t + 1) at column g: banks 8t + g
         q_at = 0
         kp_at = q_at + config.bq * ldq
         v_at = kp_at + max(config.bk * ldk, config.bq * ldp)
@@ -166,7 +170,7 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
     U = np.uint64
     U1, U2, U3, U4, U8 = U(1), U(2), U(3), U(4), U(8)
     UARS, UBRS, UBKS = U(ars), U(brs), U(bks)
-    UARS8, UBKS4 = U(8 * ars), U(4 * bks)
+    UARS8 = U(8 * ars)
     if emulated:
         @jit(device=True)
         def load_a(smem, a, g, t, fa, f):
@@ -189,19 +193,27 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
         return round_tf32, load_a, mma_into
 
     to_tf32, mma = _intrinsics()
+    load2 = shared_vector_load(2)
 
+    # The k order within each 8-wide slice is permuted, the same way for A and B (so the
+    # sum is unchanged): a lane's k = t and k = t + 4 are the columns 2t and 2t + 1, which
+    # one 8-byte load fetches.
     @jit(device=True)
     def load_a(smem, a, g, t, fa, f):
-        p = a + g * UARS + t
-        fa[f] = smem[p]
-        fa[f + U1] = smem[p + UARS8]
-        fa[f + U2] = smem[p + U4]
-        fa[f + U3] = smem[p + UARS8 + U4]
+        p = a + g * UARS + U2 * t
+        fa[f], fa[f + U2] = load2(smem, p)
+        fa[f + U1], fa[f + U3] = load2(smem, p + UARS8)
+
+    @jit(device=True)
+    def b_fragment(smem, q):
+        if bks == 1:
+            return load2(smem, q)
+        return smem[q], smem[q + UBKS]
 
     @jit(device=True)
     def mma_into(smem, fa, f, a, b, g, t, acc, c):
-        q = b + t * UBKS + g * UBRS
-        d = mma(fa[f], fa[f + U1], fa[f + U2], fa[f + U3], smem[q], smem[q + UBKS4],
+        b0, b1 = b_fragment(smem, b + U2 * t * UBKS + g * UBRS)
+        d = mma(fa[f], fa[f + U1], fa[f + U2], fa[f + U3], b0, b1,
                 acc[c], acc[c + U1], acc[c + U2], acc[c + U3])
         acc[c] = d[0]
         acc[c + U1] = d[1]
