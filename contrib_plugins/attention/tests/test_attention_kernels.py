@@ -91,7 +91,7 @@ def test_float16(rng):
     attention(feeds, rtol=1e-2, atol=1e-3, tf32_tol=1e-2)
 
 
-def test_gpu_tiles_in_the_simulator(monkeypatch, rng):
+def test_gpu_tiles_on_a_ragged_problem(monkeypatch, rng):
     """The GPU's tile configurations, on one ragged problem (the simulator runs the scalar
     form of the vector loads and emulates the tensor cores; the kernel code and indexing
     are the same)."""
