@@ -16,7 +16,8 @@ The fused node takes Q, K in ``[B, H, Sk, D]`` and V; when K only exists transpo
 (PyTorch's ``k.transpose(-1, -2)`` after ``permute(0, 2, 1, 3)`` is merged into one
 Transpose ``[0, 2, 3, 1]``), a Transpose to ``[B, H, Sk, D]`` is inserted. ``scale`` is the
 product of every scalar factor matched. Q, K and V must be 4-D float16/float32 with K's
-and V's batch and head dims 1 or Q's, and the mask must broadcast to the scores' shape.
+and V's batch and head dims 1 or Q's, the mask must broadcast to the scores' shape, and
+the head sizes must fit some tactic's shared-memory tiles.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from plugrt.passes import rewrite
 from plugrt.passes.pattern import Rule, capture, const, either, is_scalar, op, rewrite_matches
 
 from plugrt_contrib_attention.op import DOMAIN, DTYPES, OP_TYPE, OPSET
+from plugrt_contrib_attention.tactics import fits_head_sizes
 
 NAME = "fuse_attention"
 
@@ -118,6 +120,9 @@ def _fits(graph, registry, match, k_src: str, perm) -> bool:
         if not (dims.one_or_equal(k_src, k_axes[axis], q, axis) and dims.one_or_equal(v, axis, q, axis)):
             return False
     if not (dims.equal(scores, 2, q, 2) and dims.equal(out, 3, v, 3)):
+        return False
+    head, head_v = infos[0].shape[3], infos[2].shape[3]
+    if isinstance(head, int) and isinstance(head_v, int) and not fits_head_sizes(head, head_v):
         return False
     if mask:
         rank = infos[5].rank

@@ -143,9 +143,15 @@ def test_keys_and_values_shared_by_the_heads():
     assert ops_of(after) == [OP_TYPE]
 
 
-@pytest.mark.parametrize("case", ["softmax_axis", "per_head_scale", "mask_widens_scores", "scores_read_twice"])
+@pytest.mark.parametrize("case", ["softmax_axis", "per_head_scale", "mask_widens_scores", "scores_read_twice",
+                                  "head_too_big"])
 def test_not_fused(case):
-    if case == "softmax_axis":
+    if case == "head_too_big":  # no kernel's tiles fit in shared memory
+        g = Graph()
+        q, k, v = (g.input(n, (1, 1, 2, 1024)) for n in "qkv")
+        g.op("MatMul", g.op("Softmax", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))), v)
+        model = g.model("y")
+    elif case == "softmax_axis":
         model = torch_style(softmax_axis=2)
     elif case == "per_head_scale":
         model = torch_style("per_head")
