@@ -56,7 +56,8 @@ def attention_model(batch: int, heads: int, seq: int, head: int, mask: bool = Fa
         logits = "masked"
     nodes += [helper.make_node("Softmax", [logits], ["probs"], axis=-1),
               helper.make_node("MatMul", ["probs", "v"], ["y"])]
-    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    graph = helper.make_graph(nodes, "attention", inputs, [output],
                               initializer=[numpy_helper.from_array(np.array(math.sqrt(head), np.float32), "root_d")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
@@ -248,7 +249,8 @@ def _print(result: dict) -> None:
     for name in ("fused", "fused_fp32", "unfused_tf32", "unfused_fp32"):
         entry = result[name]
         if "ms" in entry:
-            chosen = ", ".join(layer["tactic"] for layer in entry["tactics"] if layer["op"].startswith("plugrt.contrib"))
+            chosen = ", ".join(layer["tactic"] for layer in entry["tactics"]
+                               if layer["op"].startswith("plugrt.contrib"))
             print(f"{name:28} {entry['ms']:9.3f} {entry['tflops']:8.2f} {entry['max_rel_err']:9.2e} "
                   f"{entry['layers']:6d} {entry['ok']} {chosen}")
         else:

@@ -88,9 +88,9 @@ class MultiHeadAttention(OpPlugin):
                                     f"{list(scores)}")
                     break
         if problems:
-            raise ShapeError(f"{node.describe()}: " + "; ".join(problems) + "; MultiHeadAttention takes Q [B, H, Sq, D], "
-                             "K [B or 1, H or 1, Sk, D], V [B or 1, H or 1, Sk, Dv] and a mask broadcastable to "
-                             "[B, H, Sq, Sk]")
+            raise ShapeError(f"{node.describe()}: " + "; ".join(problems) + "; MultiHeadAttention takes "
+                             "Q [B, H, Sq, D], K [B or 1, H or 1, Sk, D], V [B or 1, H or 1, Sk, Dv] and a mask "
+                             "broadcastable to [B, H, Sq, Sk]")
         return [TensorInfo(q.dtype, (q.shape[0], q.shape[1], q.shape[2], v.shape[3]))]
 
     def reference(self, node, inputs):

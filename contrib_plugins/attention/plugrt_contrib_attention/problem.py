@@ -98,8 +98,9 @@ def tile_stager(rows: int, cols: int, width: int, at: int, pitch: int, threads: 
     """``stage(smem, src, base, count, scale, tid)``: copy ``rows x cols`` of a row-major
     ``src`` (rows of ``cols`` elements from ``base``; those past ``count`` read as 0) into
     ``smem[at + r * pitch + c]`` for ``c < width`` (columns past ``cols`` zero), scaled and
-    passed through ``convert`` (a device function: TF32 rounding, or :func:`as_is`). Consecutive threads take consecutive columns (coalesced reads); when
-    ``width`` divides the block each thread keeps its column (no index division)."""
+    passed through ``convert`` (a device function: TF32 rounding, or :func:`as_is`).
+    Consecutive threads take consecutive columns (coalesced reads); when ``width`` divides
+    the block each thread keeps its column (no index division)."""
     zero = float32(0.0)
     if threads % width == 0:
         step = threads // width

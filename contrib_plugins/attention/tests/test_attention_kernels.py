@@ -144,7 +144,8 @@ cases += [(tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[0], "float32", 64,
           (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[1], "float16", 40, 24, False, True)]
 for make, config, dtype, d, dv, mask, even in cases:
     tensor = make is tensor_cores.tf32_kernel
-    kernel = make(config, d, dv, dtype, mask, even, even, False) if tensor else make(config, d, dv, dtype, mask, even, even)
+    flags = (False,) if tensor else ()  # the tensor-core kernel's GPU form, not the emulation
+    kernel = make(config, d, dv, dtype, mask, even, even, *flags)
     args = (arr(dtype),) * 5 + (types.int64,) * 11 + (types.float32,)
     try:
         ir = compile_cuda(kernel.py_func, types.void, args, cc=(9, 0)).library.get_llvm_str()
