@@ -58,8 +58,8 @@ class PlugrtBackend(Backend):
             raise PlugrtError(f"device {device!r} is not supported; use one of {', '.join(DEVICES)}")
         registry = kwargs.pop("registry", None)
         graph = import_model(load_model(model), registry=registry)
-        if kind == "CUDA":
-            return PlugrtRep(graph, _EngineRunner(graph, registry))
+        if kind == "CUDA":  # other keyword arguments are BuilderConfig fields (tf32=False, ...)
+            return PlugrtRep(graph, _EngineRunner(graph, registry, kwargs))
         executor = ReferenceExecutor(graph, registry)
         return PlugrtRep(graph, executor.run)
 
@@ -82,11 +82,16 @@ class _EngineRunner:
 
     SHAPE_TENSOR_LIMIT = 64
 
-    def __init__(self, graph, registry):
-        from plugrt.engine import Builder
+    def __init__(self, graph, registry, options: dict | None = None):
+        from plugrt.engine import Builder, BuilderConfig
 
         self.graph = graph
         self.builder = Builder(registry)
+        self.options = dict(options or {})
+        try:
+            BuilderConfig(**self.options)
+        except TypeError as error:
+            raise PlugrtError(f"backend option: {error}; options are BuilderConfig fields") from None
         self.contexts: dict = {}
         self.shape_inputs: list[str] | None = None
 
@@ -117,7 +122,7 @@ class _EngineRunner:
         key += tuple((name, feeds[name].tobytes()) for name in shape_inputs)
         context = self.contexts.get(key)
         if context is None:
-            config = BuilderConfig()
+            config = BuilderConfig(**self.options)
             profile = OptimizationProfile()
             for name in self.graph.inputs:
                 profile.set_shape(name, feeds[name].shape, feeds[name].shape, feeds[name].shape)

@@ -109,7 +109,7 @@ def test_torch_exported_attention_with_computed_reshapes(rng):
     optimize(graph, registry)  # no profile: the symbolic dims alone prove nothing
     assert OP_TYPE not in [node.op_type for node in graph.nodes]
     shape = (2, 5, 16)
-    engine = build(model, shape, name="x")
+    engine = build(model, shape, name="x", tf32=False)  # fp32 tactics: compared at fp32 tolerance
     ops = [layer["op"] for layer in engine.inspect()["layers"]]
     assert QUALIFIED in ops and "Softmax" not in ops, ops
     x = rng.standard_normal(shape).astype(np.float32)
