@@ -260,16 +260,17 @@ def test_production_tactics_params_and_order(monkeypatch):
     monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", PRODUCTION_SIMT)
     monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", PRODUCTION_TF32)
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if is_new(t)]
-    assert [t.name for t in tactics] == ["tf32_128x128x32_w2x4_s3", "tf32_128x128x16_w2x4", "simt128x128x8_8x4_occ1",
-                                         "simt128x128x8_8x8_occ1", "simt128x64x8_8x8_occ1", "simt64x128x8_8x8_occ1"]
-    assert [t.math for t in tactics] == ["tf32", "tf32", "", "", "", ""]
-    assert tactics[2].params == {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 4, "occupancy": 1, "splits": 1}
-    assert tactics[0].params == {"bm": 128, "bn": 128, "bk": 32, "wm": 2, "wn": 4, "mi": 4, "ni": 4, "stages": 3,
+    assert [t.name for t in tactics] == ["tf32_256x128x32_w4x2_s3", "tf32_128x128x16_w2x4_s4", "tf32_128x128x16_w2x4",
+                                         "simt128x128x8_8x4_occ1", "simt128x128x8_8x8_occ1", "simt128x64x8_8x8_occ1",
+                                         "simt64x128x8_8x8_occ1"]
+    assert [t.math for t in tactics] == ["tf32", "tf32", "tf32", "", "", "", ""]
+    assert tactics[3].params == {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 4, "occupancy": 1, "splits": 1}
+    assert tactics[0].params == {"bm": 256, "bn": 128, "bk": 32, "wm": 4, "wn": 2, "mi": 4, "ni": 8, "stages": 3,
                                  "splits": 1}
     assert all(t.workspace_bytes == 0 for t in tactics)
     # Skinny: 256 x 256 outputs (4 tiles), K = 16384: split-K first, partial sums in the workspace.
     skinny = [t for t in _tactics("Gemm", [(256, 16384), (256, 16384)], attrs={"transB": 1}) if is_new(t)]
-    assert skinny[0].name.startswith("tf32_128x128x32_w2x4_s3_splitk") and skinny[0].workspace_bytes > 0
+    assert skinny[0].name.startswith("tf32_256x128x32_w4x2_s3_splitk") and skinny[0].workspace_bytes > 0
     split = [t for t in skinny if t.name.startswith("simt128x128x8_8x4_occ1_splitk")][0]
     assert split.workspace_bytes == 4 * split.params["splits"] * 256 * 256
     # A product too small for any block tile gets the tiled and direct tactics only.
