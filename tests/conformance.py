@@ -67,7 +67,9 @@ def run_case(case, device: str = "CPU", registry=None) -> tuple[str, str]:
     from plugrt.onnx import backend
 
     try:
-        rep = backend.prepare(case.model, device, registry=registry)
+        # The ONNX cases' tolerances are fp32's: engines build with TF32 off.
+        options = {"tf32": False} if device == "CUDA" else {}
+        rep = backend.prepare(case.model, device, registry=registry, **options)
     except UnsupportedError as exc:
         return UNSUPPORTED, str(exc)
     except Exception as exc:

@@ -86,7 +86,7 @@ def torch_exported_layer(hidden=16, heads=2, seed=0):
 def test_encoder_engine_fuses_attention_and_matches_onnxruntime(rng):
     model = make_encoder()
     shape = (2, 6, 32)
-    engine = build(model, shape)
+    engine = build(model, shape, tf32=False)  # fp32 tactics: compared at fp32 tolerance
     layers = engine.inspect()["layers"]
     attention = [layer for layer in layers if layer["op"] == QUALIFIED]
     assert len(attention) == 1, [layer["op"] for layer in layers]
