@@ -15,7 +15,7 @@ from plugrt import ShapeError, hookimpl
 from plugrt.ir import dims
 from plugrt.kernels import no_epilogue
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import conv_depthwise_kernels, conv_gemm_kernels, conv_kernels
+from plugrt_builtin_ops import conv_depthwise_kernels, conv_gemm_kernels, conv_kernels, conv_tf32
 from plugrt_builtin_ops.elementwise import vector_along
 
 #: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
@@ -245,7 +245,8 @@ class Conv(_ConvBase):
 
         1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
         without padding, else the implicit GEMM; one per tile, with and without a K split,
-        in :func:`conv_gemm_kernels.gemm_tactics`' estimated order). Depthwise nodes (one
+        in :func:`conv_gemm_kernels.gemm_tactics`' estimated order); float32 ones also the
+        TF32 tensor-core tactics (:mod:`conv_tf32`), after the first two. Depthwise nodes (one
         input channel per group) get the depthwise tactics, any 1-D/2-D node the direct 2-D
         kernel. With few output channels per group the GEMM's channel tile would be mostly
         empty, so the depthwise and direct 2-D kernels lead there. The N-d direct kernel
@@ -256,6 +257,9 @@ class Conv(_ConvBase):
         found = []
         if geo.rank <= 2:
             gemm = conv_gemm_kernels.gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
+            # TF32 tensor cores third: level 0 keeps the exact estimate-first tactic, and the
+            # tuner times (and verifies) them beside the two best-estimated exact ones.
+            gemm = gemm[:2] + conv_tf32.conv_tf32_tactics(geo, dtype, epilogue) + gemm[2:]
             depthwise = conv_depthwise_kernels.depthwise_tactics(geo, dtype, epilogue)
             direct2d = [conv_kernels.direct2d_tactic(geo, dtype, epilogue)]
             if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:

@@ -285,24 +285,36 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
     ``epilogue`` defaults to none, for a node with inputs X, W and B. The name says the
     form, the tile and whether K is split; ``splits`` itself is a parameter.
     """
-    assert not geo.transposed and geo.rank in (1, 2)
-    assert not pointwise or is_pointwise(geo)
     config = config or default_config()
     config.check()
     epilogue = epilogue or no_epilogue(3)
     kernel = gemm_kernel(config.bm, config.bn, config.bk, config.tm, config.tn, epilogue.fn, pointwise)
+    launches, workspace_bytes, splits = conv_gemm_launches(geo, dtype, config, config.threads, kernel, splits,
+                                                           epilogue, pointwise)
+    name = f"{'gemm_1x1' if pointwise else 'implicit_gemm'}_{config.label}{'_splitk' if splits > 1 else ''}"
+    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes)
+
+
+def conv_gemm_launches(geo: ConvGeometry, dtype, tile, threads: int, kernel, splits: int | None,
+                       epilogue: Epilogue, pointwise: bool):
+    """``(launches, workspace_bytes, splits)`` of a GEMM-form Conv kernel with
+    :func:`gemm_kernel`'s arguments and block loops, for a tile with ``bm``, ``bn`` and
+    ``bk`` (output channels, output pixels, K step): the K table, the geometry header, the
+    grid, and split K's partial sums with their :func:`split_sum_kernel` launch."""
+    assert not geo.transposed and geo.rank in (1, 2)
+    assert not pointwise or is_pointwise(geo)
     geo2 = geometry_2d(geo)
     ktotal = int(geo2[G2_CG] * geo2[G2_KH] * geo2[G2_KW])
-    ktiles = -(-ktotal // config.bk)
-    splits = choose_splits(geo, config) if splits is None else int(splits)
+    ktiles = -(-ktotal // tile.bk)
+    splits = choose_splits(geo, tile) if splits is None else int(splits)
     splits = max(1, min(splits, ktiles))
-    kchunk = max(1, -(-ktiles // splits)) * config.bk
+    kchunk = max(1, -(-ktiles // splits)) * tile.bk
     splits = max(1, -(-ktotal // kchunk))
     npix = int(geo2[G2_N] * geo2[G2_OH] * geo2[G2_OW])
     cout = geo.out_channels
     workspace_bytes = 4 * splits * cout * npix if splits > 1 else 0
-    ptiles = -(-npix // config.bn)
-    mtiles = -(-(cout // geo.group) // config.bm)
+    ptiles = -(-npix // tile.bn)
+    mtiles = -(-(cout // geo.group) // tile.bm)
     grid = (min(ptiles, 2**31 - 1), min(geo.group * mtiles, 65535), min(splits, 65535))
     table = k_table(geo2) if not pointwise else np.zeros((3, 1), np.int64)
 
@@ -319,19 +331,18 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
             partial = to_device(np.zeros(1, np.float32))
         y = flat(outs[0])
         operands = epilogue.arguments(ins)
-        run = [Launch(kernel, grid, config.threads,
+        run = [Launch(kernel, grid, threads,
                       (y, flat(own[0]), flat(own[1]), b, partial, to_device(table.reshape(-1)),
                        to_device(np.concatenate([geo2, header])), operands))]
         if splits > 1:
             n_out = geo.out_size
-            blocks, threads = grid_1d(n_out)
-            run.append(Launch(split_sum_kernel(epilogue.fn), blocks, threads,
+            blocks, block = grid_1d(n_out)
+            run.append(Launch(split_sum_kernel(epilogue.fn), blocks, block,
                               (y, partial, b, np.int64(bias is not None), np.int64(n_out), np.int64(cout),
                                np.int64(npix // int(geo2[G2_N])), np.int64(splits), operands)))
         return run
 
-    name = f"{'gemm_1x1' if pointwise else 'implicit_gemm'}_{config.label}{'_splitk' if splits > 1 else ''}"
-    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes)
+    return launches, workspace_bytes, splits
 
 
 # --------------------------------------------------------------------------- choosing

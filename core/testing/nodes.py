@@ -84,6 +84,10 @@ def run_tactic(graph: Graph, tactic, feeds: Mapping[str, np.ndarray], node: Node
     return [o.copy_to_host() for o in outs]
 
 
+#: TF32 tactics' (``Tactic.math == "tf32"``) allowed error, relative to the reference's largest magnitude.
+TF32_TOLERANCE = 5e-3
+
+
 def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapping | None = None, *,
                constants: Iterable[str] = (), domain: str = "", opset: int = 17, n_outputs: int = 1,
                rtol: float = 1e-5, atol: float = 1e-6, registry=None, tactics: Sequence[str] | None = None) -> list:
@@ -114,7 +118,11 @@ def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapp
             label = f"{op_type} tactic {tactic.name!r} output {index}"
             assert out.dtype == want.dtype, f"{label}: dtype {out.dtype}, reference {want.dtype}"
             assert out.shape == want.shape, f"{label}: shape {out.shape}, reference {want.shape}"
-            if want.dtype.kind in "fc":
+            if getattr(tactic, "math", "") == "tf32":  # tensor cores: TF32's error, relative to max |want|
+                scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-6)
+                err = float(np.max(np.abs(out.astype(np.float64) - want), initial=0.0))
+                assert err <= TF32_TOLERANCE * scale, f"{label}: max error {err:.3g} > {TF32_TOLERANCE} * {scale:.3g}"
+            elif want.dtype.kind in "fc":
                 np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
                                            err_msg=label, equal_nan=True)
             else:
