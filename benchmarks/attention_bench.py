@@ -79,37 +79,9 @@ def _registry():
 
 def _events_ms(fn, stream, repeats: int, warmup: int) -> float:
     """Median milliseconds of ``fn()`` between CUDA events recorded on a Numba ``stream``."""
-    from numba import cuda
+    from gemm_bench import _median_ms
 
-    for _ in range(warmup):
-        fn()
-    stream.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(timing=True), cuda.event(timing=True)
-        start.record(stream)
-        fn()
-        stop.record(stream)
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times))
-
-
-def _torch_ms(fn, repeats: int, warmup: int) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return float(np.median(times))
+    return _median_ms(fn, repeats, warmup, stream)
 
 
 def _rel_err(got, want: np.ndarray) -> float:
@@ -189,6 +161,8 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
                         warmup: int = 3, mask: bool = False) -> dict:
     """Time and check the fused op, the unfused subgraph and torch SDPA; see the module doc."""
     import torch
+
+    from gemm_bench import _torch_ms
 
     registry = _registry()
     shape = (batch, heads, seq, head)
