@@ -113,6 +113,14 @@ def _compile(source: str, fns: tuple, name: str, device: bool):
     return _compiled[key]
 
 
+def _kernel_header(program: Program, kinds: Sequence[str]) -> list[str]:
+    """``def kernel(n, table, *outputs, *leaves):`` and the one-element leaves' loads."""
+    leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
+    stores = ", ".join(f"o{r}" for r in range(len(program.results)))
+    lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
+    return lines + [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+
+
 #: Elements each thread handles per loop trip when no leaf needs strided offsets: their
 #: loads are all issued before the first store, keeping enough bytes in flight to
 #: saturate HBM with scalar loads.
@@ -123,10 +131,7 @@ def chain_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
     """The generated kernel ``kernel(n, table, *outputs, *leaves)`` and its leaf kinds."""
     kinds = [leaf_kind(info, out_shape) for info in program.leaves]
     ndim = len(out_shape)
-    leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
-    stores = ", ".join(f"o{r}" for r in range(len(program.results)))
-    lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
-    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    lines = _kernel_header(program, kinds)
     lines += ["    stride = int64(cuda.gridsize(1))", f"    for i in range(int64(cuda.grid(1)), n, stride * {unroll}):"]
     if unroll > 1:  # all elements in range: loads first, then calls and stores
         lines += [f"        i{u} = i + {u} * stride" for u in range(unroll)]
@@ -150,10 +155,7 @@ def vector_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
     Only for programs without strided leaves (see :func:`vectorizable`)."""
     kinds = [leaf_kind(info, out_shape) for info in program.leaves]
     ndim = len(out_shape)
-    leaves = ", ".join(f"x{k}" for k, kind in enumerate(kinds) if kind is not None)
-    stores = ", ".join(f"o{r}" for r in range(len(program.results)))
-    lines = [f"def kernel(n, table, {stores}{', ' if leaves else ''}{leaves}):"]
-    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    lines = _kernel_header(program, kinds)
     lines += ["    start = int64(cuda.grid(1))", "    stride = int64(cuda.gridsize(1))", "    vectors = n // 4",
               f"    for v in range(start, vectors, stride * {unroll}):"]
     lanes = [(w, lane) for w in range(unroll) for lane in range(4)]
