@@ -14,9 +14,11 @@ export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 TESTS="${PLUGRT_GPU_TESTS:-tests $(ls -d contrib_plugins/*/tests)}"
 if [ "$TESTS" != "none" ]; then
-  timeout "${PLUGRT_GPU_TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -n 16 --maxfail=400 \
+  # -v: one line per test as it ends, so a run cut short by the timeout still names its failures.
+  timeout "${PLUGRT_GPU_TEST_TIMEOUT:-330}" python3 -m pytest -v -p no:cacheprovider -n 16 --maxfail=400 \
     --junitxml="$OUT/junit.xml" $TESTS "$@" >"$OUT/pytest.log" 2>&1
-  echo "pytest exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-220 | head -80; tail -3 "$OUT/pytest.log"
+  echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|(FAILED|ERROR) (tests|contrib)" "$OUT/pytest.log" | cut -c1-220 | sort -u | head -80
+  tail -3 "$OUT/pytest.log"
 fi
 if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
   timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-400}" python3 benchmarks/gpu_run.py --out "$OUT" --parts "${PLUGRT_GPU_PARTS:-chain,gemm,attention,tuning,models}" 2>&1 | tail -60
