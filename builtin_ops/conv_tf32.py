@@ -6,9 +6,9 @@ built), with the block tile ``bm x bn`` (output channels x output pixels) comput
 ``wm x wn`` warps of ``mi x ni`` ``mma.sync.m16n8k8`` tiles, as the TF32 GEMM does
 (:mod:`plugrt_builtin_ops.gemm_tf32`): both operand tiles are staged k-major in shared
 memory, rounded to TF32 once as they are staged, and each warp multiplies its fragments
-with the GEMM's warp step (the scalar emulation of it in the simulator). Each thread then
-stores its accumulators straight from the fragment layout with the bias and the fused
-epilogue, or, with K split, as partial sums for :func:`conv_gemm_kernels.split_sum_kernel`.
+with the GEMM's warp step (the scalar emulation of it in the simulator). The output tile
+then goes through shared memory to stores of consecutive pixels with the bias and the
+fused epilogue, or, with K split, as partial sums for :func:`conv_gemm_kernels.split_sum_kernel`.
 """
 
 from __future__ import annotations
@@ -57,12 +57,11 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
     BM, BN, BK, MI, NI, WN, NT = config.bm, config.bn, config.bk, config.mi, config.ni, config.wn, config.threads
     LDA, LDB = BM + PAD, BN + PAD
     A_SIZE = BK * LDA
-    SMEM = A_SIZE + BK * LDB
+    SMEM = max(A_SIZE + BK * LDB, BM * BN)  # staging, later the output tile
     ACC = MI * NI * 4
     A_ROWS, B_ROWS = NT // BK, NT // BN
     A_PASSES, B_PASSES = BM // A_ROWS, BK // B_ROWS
     SLICES = tuple(range(0, BK, 8))
-    ACC_INDICES = tuple(range(ACC))
     warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
     to_tf32 = round_tf32 if emulated else _intrinsics()[0]
 
@@ -136,17 +135,27 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
                         for ks in literal_unroll(SLICES):
                             warp_mma(smem, wrow + ks * LDA, A_SIZE + wcol + ks * LDB, lane, acc)
                         cuda.syncthreads()
-                    # Accumulator a of tile (i, j) holds row g (+ 8 for a >= 2), column 2t (+ 1
-                    # for odd a). Unrolled over literal indices, so acc stays in registers.
-                    for index in literal_unroll(ACC_INDICES):
-                        i = index // (4 * NI)
-                        j = (index // 4) % NI
-                        e = index % 4
-                        m = m0 + wrow + i * 16 + g4 + 8 * (e >> 1)
-                        pj = p0 + wcol + j * 8 + 2 * t4 + (e & 1)
+                    # The block's output tile goes through shared memory (the staging buffers,
+                    # free after the last barrier): accumulator a of tile (i, j) holds row g
+                    # (+ 8 for a >= 2), column 2t (+ 1 for odd a); constant indices keep acc in
+                    # registers. Then consecutive threads store consecutive pixels.
+                    for i in range(MI):
+                        for j in range(NI):
+                            base = (i * NI + j) * 4
+                            row = wrow + i * 16 + g4
+                            col = wcol + j * 8 + 2 * t4
+                            smem[row * BN + col] = acc[base]
+                            smem[row * BN + col + 1] = acc[base + 1]
+                            smem[(row + 8) * BN + col] = acc[base + 2]
+                            smem[(row + 8) * BN + col + 1] = acc[base + 3]
+                    cuda.syncthreads()
+                    for e in range(tid, BM * BN, NT):
+                        row = e // BN
+                        m = m0 + row
+                        pj = p0 + e - row * BN
                         if m < mg and pj < npix:
                             channel = g * mg + m
-                            total = acc[index]
+                            total = smem[e]
                             if splits == 1:
                                 if has_bias != 0:
                                     total += float32(b[channel])
@@ -155,6 +164,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
                                 y[o] = epilogue_fn(total, o, operands)
                             else:
                                 partial[(z * cout + channel) * npix + pj] = total
+                    cuda.syncthreads()  # the next tile stages into the same buffer
 
     conv_tf32.__name__ = f"conv_tf32_{config.bm}x{config.bn}x{config.bk}{'_1x1' if pointwise else ''}"
     return jit(conv_tf32, launch_bounds=(NT, 1))
