@@ -1,0 +1,104 @@
+"""Registers, spills and shared memory of the GEMM and conv kernels for sm_90, without a GPU.
+
+Compiles kernels to PTX with Numba's CUDA target (the device query answered with compute
+capability 9.0, as ``tests/cuda_typing.py`` does) and runs ``ptxas -v`` on each: the cheap
+way to see whether a tile spills before spending GPU time on it. Needs NVVM and NVRTC
+libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` through
+``LD_LIBRARY_PATH``) and ``ptxas`` on ``PATH``.
+
+    python3 benchmarks/ptx_resources.py                      # the offered TF32/SIMT GEMM and TF32 conv tiles
+    python3 benchmarks/ptx_resources.py tf32:4,2,4,8,32,3    # one TF32 GEMM tile (wm,wn,mi,ni,bk[,stages])
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types as pytypes
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+
+import numpy as np  # noqa: E402
+import numba.cuda.dispatcher as _dispatcher  # noqa: E402
+from numba import from_dtype, types  # noqa: E402
+
+_dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(9, 0))
+
+import plugrt  # noqa: E402,F401  (chooses the backend first)
+from numba import cuda  # noqa: E402
+from numba.cuda.compiler import compile_ptx  # noqa: E402
+
+from plugrt_builtin_ops import conv_tf32, gemm_simt, gemm_tf32  # noqa: E402
+
+
+@cuda.jit(device=True)
+def _no_epilogue(value, index, operands):
+    return value
+
+
+def _arr(dtype):
+    return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+
+
+F32, I64 = _arr(np.float32), _arr(np.int64)
+GEMM_ARGS = (F32, F32, F32, F32, F32, I64, I64, types.float32, types.float32, types.int64, types.int64,
+             types.Tuple((I64,)))
+CONV_ARGS = (F32, F32, F32, F32, F32, I64, I64, types.Tuple((I64,)))
+
+
+def resources(kernel, args) -> str:
+    """``ptxas -v``'s register, spill and shared-memory lines for one kernel."""
+    ptx, _ = compile_ptx(kernel.py_func, args, device=False, cc=(9, 0),
+                         launch_bounds=kernel.targetoptions.get("launch_bounds"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run(["ptxas", "-arch=sm_90", "-v", path, "-o", os.path.join(folder, "kernel.cubin")],
+                              capture_output=True, text=True)
+    lines = [line.split("info    : ")[-1].strip() for line in proc.stderr.splitlines()
+             if re.search(r"registers|spill|error", line)]
+    return "; ".join(lines) or proc.stderr.strip()[-300:]
+
+
+def kernels(spec: str | None):
+    if spec is None:
+        for config in gemm_tf32.TF32_CONFIGS:
+            yield f"gemm {config.name}", gemm_tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
+                GEMM_ARGS
+        for config in gemm_simt.SIMT_CONFIGS:
+            yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
+        for config in conv_tf32.GPU_CONFIGS:
+            yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
+        return
+    kind, _, numbers = spec.partition(":")
+    values = [int(v) for v in numbers.split(",")]
+    if kind == "tf32":
+        config = gemm_tf32.Tf32Config(*values)
+        yield f"gemm {config.name}", gemm_tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
+            GEMM_ARGS
+    elif kind == "simt":
+        config = gemm_simt.SimtConfig(*values)
+        yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
+    elif kind == "conv":
+        config = gemm_tf32.Tf32Config(*values)
+        yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
+    else:
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt: or conv:")
+
+
+def main() -> int:
+    if shutil.which("ptxas") is None:
+        print("ptxas not found on PATH (it comes with a CUDA toolkit)", file=sys.stderr)
+        return 2
+    for label, kernel, args in kernels(sys.argv[1] if len(sys.argv) > 1 else None):
+        print(f"{label:40} {resources(kernel, args)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
