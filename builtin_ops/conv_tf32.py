@@ -19,7 +19,7 @@ import numpy as np
 from numba import float32, int64
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue
+from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue, round_tf32, tf32_mma
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops.conv_gemm_kernels import (
     GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, is_pointwise,
@@ -27,7 +27,7 @@ from plugrt_builtin_ops.conv_gemm_kernels import (
 from plugrt_builtin_ops.conv_kernels import (
     G2_C, G2_CG, G2_H, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W, ConvGeometry,
 )
-from plugrt_builtin_ops.gemm_tf32 import PAD, Tf32Config, _intrinsics, round_tf32, warp_mma_for
+from plugrt_builtin_ops.gemm_tf32 import PAD, Tf32Config, warp_mma_for
 
 #: Tiles offered on a GPU: 8 warps, 128 output channels x 64 pixels or 64 x 128, K step 16
 #: (254 registers, no spills for sm_90; 128 x 128 spills 264 bytes a thread). The
@@ -63,7 +63,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
     A_PASSES, B_PASSES = BM // A_ROWS, BK // B_ROWS
     SLICES = tuple(range(0, BK, 8))
     warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
-    to_tf32 = round_tf32 if emulated else _intrinsics()[0]
+    to_tf32 = round_tf32 if emulated else tf32_mma()[0]
 
     def conv_tf32(y, x, w, b, partial, ktab, geo, operands):
         smem = cuda.shared.array(SMEM, float32)  # A tile k-major, then B tile k-major

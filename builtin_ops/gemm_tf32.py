@@ -26,10 +26,10 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, uint32
+from numba import float32
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll
+from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll, round_tf32, tf32_mma
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops.gemm_simt import (
     choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
@@ -39,12 +39,6 @@ from plugrt_builtin_ops.matmul_kernels import K_, M_, N_, OFFS_W, SAK, SAM, SBK,
 
 #: Shared-memory row padding (words): fragment reads of 8 rows x 4 k hit 32 banks.
 PAD = 8
-
-#: The PTX the GPU path runs (also what ``ptxas`` checks in the tests).
-CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
-MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-
 
 @dataclass(frozen=True)
 class Tf32Config:
@@ -98,39 +92,6 @@ TF32_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(4, 2, 4, 8, 32, stages=3), Tf
 
 
 # --------------------------------------------------------------------------- inline PTX
-
-
-@functools.lru_cache(maxsize=None)
-def _intrinsics():
-    """``(to_tf32, mma_m16n8k8)`` as ``@intrinsic`` inline PTX (GPU target only)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-
-    @intrinsic
-    def to_tf32(typingctx, x):
-        """``cvt.rna.tf32.f32``: the TF32 value as float32 bits (low 13 mantissa bits 0)."""
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), CVT_TF32_PTX, "=r,f")
-            return builder.bitcast(builder.call(asm, [args[0]]), f32)
-        return types.float32(types.float32), codegen
-
-    @intrinsic
-    def mma_m16n8k8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        """One warp's ``D = A * B + C``; A and B as TF32 values in float32 registers."""
-        def codegen(context, builder, sig, args):
-            out = ir.LiteralStructType([f32] * 4)
-            asm = ir.InlineAsm(ir.FunctionType(out, [i32] * 6 + [f32] * 4), MMA_TF32_PTX,
-                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
-            operands = [builder.bitcast(v, i32) for v in args[:6]] + list(args[6:])
-            result = builder.call(asm, operands)
-            items = [builder.extract_value(result, k) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, items)
-        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
-
-    return to_tf32, mma_m16n8k8
 
 
 #: One 16-byte ``cp.async`` from global to shared memory; operands are generic addresses.
@@ -274,7 +235,7 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
     """The GPU warp step: load fragments, round them to TF32 when ``round_loads`` (else they
     were rounded when staged), ``mma.sync`` per tile. A's element (row, k) of the warp's
     slice is ``smem[a_off + row * ars + k * aks]``, B's (col, k) ``smem[b_off + col * brs + k * bks]``."""
-    to_tf32, mma = _intrinsics()
+    to_tf32, mma = tf32_mma()
     fa_len, fb_len = 4 * mi, 2 * ni
     # Unsigned shared-memory indices: no negative-index wraparound code per fragment load.
     U = np.uint64
@@ -339,16 +300,6 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
     return warp_mma
 
 
-@jit(device=True)
-def round_tf32(x):
-    """float32 rounded to TF32 (10 mantissa bits, nearest, ties away), as ``cvt.rna`` does."""
-    box = cuda.local.array(1, float32)
-    box[0] = x
-    bits = box.view(np.uint32)
-    bits[0] = (bits[0] + uint32(0x1000)) & uint32(0xFFFFE000)
-    return box[0]
-
-
 @functools.lru_cache(maxsize=None)
 def mma_emulated(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int):
     """The simulator's warp step: this thread's accumulators of every tile, by scalar FMAs
@@ -381,7 +332,7 @@ def tf32_rounder(emulated: bool, count: int):
     """``round_all(regs)``: round ``count`` staged operands to TF32 in place, once per
     block before they go to shared memory (``cvt.rna`` on a GPU), rather than once per
     fragment read."""
-    to_tf32 = round_tf32 if emulated else _intrinsics()[0]
+    to_tf32 = round_tf32 if emulated else tf32_mma()[0]
 
     @jit(device=True)
     def round_all(regs):

@@ -4,7 +4,8 @@ Built-in and third-party plugins import the same things from here: ``cuda`` (Num
 after plugrt chose GPU or simulator), :func:`jit` (``cuda.jit`` minus the options the
 simulator refuses), launch-geometry helpers, and :func:`pointwise_tactic`, the generator
 that turns a plugin's scalar device function into a broadcasting elementwise kernel.
-The toolkit holds index arithmetic only; the math is always the plugin's.
+The toolkit holds index arithmetic and hardware primitives (16-byte vector access, TF32
+tensor-core instructions) only; the math is always the plugin's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: `for x in literal_unroll(t)`)
 
 from plugrt.device import simulated
@@ -144,6 +145,60 @@ def vector4():
         return types.void(array, index, w, x, y, z), codegen
 
     return load4, store4
+
+
+#: The PTX of :func:`tf32_mma` (also what ``ptxas`` checks in the tests).
+CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
+MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+
+
+@functools.lru_cache(maxsize=None)
+def tf32_mma():
+    """``(to_tf32, mma_m16n8k8)``: TF32 tensor-core primitives as ``@intrinsic`` inline PTX
+    (GPU target only; the simulator runs no inline PTX: emulate with :func:`round_tf32`).
+
+    ``to_tf32(x)`` is ``cvt.rna.tf32.f32`` (float32 in, TF32 value as float32 bits out);
+    ``mma_m16n8k8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` is one warp's
+    ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, operands TF32 values in float32
+    registers in the fragment layout of the PTX ISA, returning the four accumulators.
+    """
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), CVT_TF32_PTX, "=r,f")
+            return builder.bitcast(builder.call(asm, [args[0]]), f32)
+        return types.float32(types.float32), codegen
+
+    @intrinsic
+    def mma_m16n8k8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        def codegen(context, builder, sig, args):
+            out = ir.LiteralStructType([f32] * 4)
+            asm = ir.InlineAsm(ir.FunctionType(out, [i32] * 6 + [f32] * 4), MMA_TF32_PTX,
+                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
+            operands = [builder.bitcast(v, i32) for v in args[:6]] + list(args[6:])
+            result = builder.call(asm, operands)
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(result, k) for k in range(4)])
+        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
+
+    return to_tf32, mma_m16n8k8
+
+
+@jit(device=True)
+def round_tf32(x):
+    """float32 rounded to TF32 (10 mantissa bits, nearest, ties away), as ``cvt.rna`` does:
+    the portable form of ``to_tf32``, for simulator siblings of tensor-core kernels."""
+    box = cuda.local.array(1, float32)
+    box[0] = x
+    bits = box.view(np.uint32)
+    bits[0] = (bits[0] + uint32(0x1000)) & uint32(0xFFFFE000)
+    return box[0]
 
 
 def aligned(array, alignment: int = 16) -> bool:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from plugrt.device import simulated
+from plugrt import kernels
 from plugrt.kernels import Epilogue, no_epilogue
 from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
@@ -344,8 +345,8 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
     ptxas = shutil.which("ptxas") or ("/usr/local/bin/ptxas" if os.path.exists("/usr/local/bin/ptxas") else None)
     if ptxas is None:
         pytest.skip("ptxas not installed")
-    cvt = gemm_tf32.CVT_TF32_PTX.replace("$0", "%r1").replace("$1", "%f1")
-    mma = gemm_tf32.MMA_TF32_PTX
+    cvt = kernels.CVT_TF32_PTX.replace("$0", "%r1").replace("$1", "%f1")
+    mma = kernels.MMA_TF32_PTX
     names = ["%f10", "%f11", "%f12", "%f13", "%r1", "%r2", "%r3", "%r4", "%r5", "%r6", "%f1", "%f2", "%f3", "%f4"]
     for index in reversed(range(len(names))):
         mma = mma.replace(f"${index}", names[index])

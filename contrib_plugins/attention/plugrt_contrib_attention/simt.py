@@ -162,7 +162,7 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     load4 = shared_vector_load(4, config.vector)
     U = np.uint64
     # Unsigned shared-memory indices: no negative-index wraparound code in the hot loops.
-    U4, UTX, UTY, URD, URM, URN = U(4), U(TX), U(TY), U(RD), U(RM), U(RN)
+    U4, UTX, URD, URM, URN = U(4), U(TX), U(RD), U(RM), U(RN)
     ULDQ, ULDK, ULDP, ULDV, ULDR = U(lay.ldq), U(lay.ldk), U(lay.ldp), U(lay.ldv), U(lay.ldr)
     UQ_AT, UKP_AT, UV_AT, URED_AT = U(lay.q_at), U(lay.kp_at), U(lay.v_at), U(lay.red_at)
     UD_STEPS, UK_STEPS, USTRIPS = U(lay.d4 // 4), U(BK // 4), U(RD // 4)

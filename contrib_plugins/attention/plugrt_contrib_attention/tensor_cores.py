@@ -18,7 +18,7 @@ slice the kernel maps k = t and k = t + 4 to the columns 2t and 2t + 1 of both o
 loads. Shared tiles are padded so the fragment reads are conflict-free.
 
 The kernel body is the same everywhere; only the warp step differs: on a GPU ``mma.sync``
-and ``cvt.rna.tf32.f32`` (inline PTX through ``@intrinsic``); in the simulator, which runs
+and ``cvt.rna.tf32.f32`` (:func:`plugrt.kernels.tf32_mma`, inline PTX); in the simulator, which runs
 neither, each lane computes its own accumulator elements from the same shared tiles with
 scalar FMAs on the same TF32-rounded operands.
 """
@@ -30,19 +30,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, from_dtype, uint32
+from numba import float32, from_dtype
 
 from plugrt.device import simulated
-from plugrt.kernels import cuda, jit
+from plugrt.kernels import cuda, jit, round_tf32, tf32_mma
 from plugrt.tactic import Tactic
 
 from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, shared_vector_load,
                                               tile_stager)
-
-CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
-MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-
 
 @dataclass(frozen=True)
 class Tf32Config:
@@ -117,46 +112,6 @@ class Tf32Layout:
 
 
 @functools.lru_cache(maxsize=None)
-def _intrinsics():
-    """``(to_tf32, mma)`` as ``@intrinsic`` inline PTX (GPU target only)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-
-    @intrinsic
-    def to_tf32(typingctx, x):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), CVT_TF32_PTX, "=r,f")
-            return builder.bitcast(builder.call(asm, [args[0]]), f32)
-        return types.float32(types.float32), codegen
-
-    @intrinsic
-    def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        def codegen(context, builder, sig, args):
-            out = ir.LiteralStructType([f32] * 4)
-            asm = ir.InlineAsm(ir.FunctionType(out, [i32] * 6 + [f32] * 4), MMA_TF32_PTX,
-                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
-            operands = [builder.bitcast(v, i32) for v in args[:6]] + list(args[6:])
-            result = builder.call(asm, operands)
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(result, k) for k in range(4)])
-        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
-
-    return to_tf32, mma
-
-
-@jit(device=True)
-def round_tf32(x):
-    """float32 rounded to TF32 (10 mantissa bits, nearest, ties away), as ``cvt.rna`` does."""
-    box = cuda.local.array(1, float32)
-    box[0] = x
-    bits = box.view(np.uint32)
-    bits[0] = (bits[0] + uint32(0x1000)) & uint32(0xFFFFE000)
-    return box[0]
-
-
-@functools.lru_cache(maxsize=None)
 def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
     """``(to_tf32, load_a, mma_into)`` for products whose A is row-major (``A(row, k) =
     smem[a + row * ars + k]``) and B is ``B(k, n) = smem[b + k * bks + n * brs]``.
@@ -168,7 +123,7 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
     negative-index wraparound code in the hot loops).
     """
     U = np.uint64
-    U1, U2, U3, U4, U8 = U(1), U(2), U(3), U(4), U(8)
+    U1, U2, U3, U8 = U(1), U(2), U(3), U(8)
     UARS, UBRS, UBKS = U(ars), U(brs), U(bks)
     UARS8 = U(8 * ars)
     if emulated:
@@ -192,7 +147,7 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
 
         return round_tf32, load_a, mma_into
 
-    to_tf32, mma = _intrinsics()
+    to_tf32, mma = tf32_mma()
     load2 = shared_vector_load(2)
 
     # The k order within each 8-wide slice is permuted, the same way for A and B (so the
