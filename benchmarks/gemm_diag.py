@@ -12,11 +12,12 @@ import json
 import re
 import sys
 
-from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt
+from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt, gemm_wgmma as gw
 
 SIMT_VARIANTS = ((128, 128, 8, 8, 4, 1),)
-TF32_VARIANTS = ((4, 2, 4, 8, 32, 3), (4, 2, 4, 8, 16, 4), (4, 2, 4, 8, 16, 5), (4, 2, 4, 8, 32, 4), (2, 4, 8, 4, 16, 4),
-                 (2, 4, 4, 4, 16, 4))
+TF32_VARIANTS = ((4, 2, 4, 8, 32, 4),)
+#: wgmma: (warpgroups, columns, stages)
+WGMMA_VARIANTS = ((2, 256, 4), (2, 256, 3), (2, 128, 5), (2, 128, 4), (3, 128, 4), (2, 192, 4), (1, 256, 4))
 SKIP = ("direct", "tiled128x128x8_8x8", "tiled64x64x16_4x4", "tiled32x32x16_2x2")
 
 
@@ -24,12 +25,13 @@ class _Variants:
     """Swap the plugin's tile lists for the variants while in the ``with`` block."""
 
     def __enter__(self):
-        self.saved = gs.SIMT_CONFIGS, gt.TF32_CONFIGS
+        self.saved = gs.SIMT_CONFIGS, gt.TF32_CONFIGS, gw.WGMMA_CONFIGS
         gs.SIMT_CONFIGS = tuple(gs.SimtConfig(*c) for c in SIMT_VARIANTS)
         gt.TF32_CONFIGS = tuple(gt.Tf32Config(*c) for c in TF32_VARIANTS)
+        gw.WGMMA_CONFIGS = tuple(gw.WgmmaConfig(*c) for c in WGMMA_VARIANTS)
 
     def __exit__(self, *exc):
-        gs.SIMT_CONFIGS, gt.TF32_CONFIGS = self.saved
+        gs.SIMT_CONFIGS, gt.TF32_CONFIGS, gw.WGMMA_CONFIGS = self.saved
 
 
 def variants_benchmark(n: int = 4096) -> dict:

@@ -414,10 +414,12 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
 def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
     """The float32 GEMM family for big products, best first: TF32 tensor cores
-    (``math="tf32"``, dropped by the tuner when TF32 is off), then SIMT SGEMM; each only
-    where its tile suits the product (see :func:`plugrt_builtin_ops.gemm_simt.fits`)."""
-    from plugrt_builtin_ops import gemm_simt, gemm_tf32  # they import this module
+    (``math="tf32"``, dropped by the tuner when TF32 is off; Hopper's ``wgmma`` first, then
+    ``mma.sync``), then SIMT SGEMM; each only where its tile suits the product (see
+    :func:`plugrt_builtin_ops.gemm_simt.fits`)."""
+    from plugrt_builtin_ops import gemm_simt, gemm_tf32, gemm_wgmma  # they import this module
 
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    return (gemm_tf32.tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+    return (gemm_wgmma.wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+            + gemm_tf32.tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
             + gemm_simt.simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))

@@ -24,7 +24,7 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import run_tactic, single_node_model
-from plugrt_builtin_ops import gemm_simt, gemm_tf32, matmul_kernels
+from plugrt_builtin_ops import gemm_simt, gemm_tf32, gemm_wgmma, matmul_kernels
 from plugrt_builtin_ops.gemm_simt import SimtConfig
 from plugrt_builtin_ops.gemm_tf32 import Tf32Config
 
@@ -37,6 +37,7 @@ TINY_SIMT = (SimtConfig(8, 8, 4, 4, 4), SimtConfig(8, 4, 4, 4, 2))
 TINY_TF32 = (Tf32Config(1, 1, 1, 1, 8),)
 PRODUCTION_SIMT = gemm_simt.SIMT_CONFIGS
 PRODUCTION_TF32 = gemm_tf32.TF32_CONFIGS
+PRODUCTION_WGMMA = gemm_wgmma.WGMMA_CONFIGS
 FP32_TOL = 2e-5
 TF32_TOL = 5e-3
 
@@ -45,6 +46,7 @@ TF32_TOL = 5e-3
 def tiny_configs(monkeypatch):
     monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", TINY_SIMT)
     monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", TINY_TF32)
+    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", ())  # tests/test_kernels_gemm_wgmma.py
     monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", ((4, 4, 2, 2, 2),))
 
 
@@ -260,6 +262,10 @@ def _tactics(op_type, shapes, dtype=F32, attrs=None):
 def test_production_tactics_params_and_order(monkeypatch):
     monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", PRODUCTION_SIMT)
     monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", PRODUCTION_TF32)
+    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", PRODUCTION_WGMMA[:1])
+    tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if t.name.startswith("wgmma")]
+    assert [t.name for t in tactics] == (["wgmma_128x256x32_s4"] if gemm_wgmma.hopper() else [])
+    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", ())
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if is_new(t)]
     assert [t.name for t in tactics] == ["tf32_256x128x32_w4x2_s3", "tf32_128x128x16_w2x4_s4", "tf32_128x128x16_w2x4",
                                          "simt128x128x8_8x4_occ1", "simt128x128x8_8x8_occ1", "simt128x64x8_8x8_occ1",
