@@ -19,9 +19,11 @@ for 16-byte chunks) run with no special edge kernels.
 
 Per K tile ``t``: wait for tile ``t``'s copies, ``fence.proxy.async`` (the copies were
 generic-proxy writes; ``wgmma`` reads through the async proxy), barrier; issue four
-``wgmma`` (K 8 each) and commit; start the copies of tile ``t + stages - 1`` into the
-buffer tile ``t - 1`` used (free: everyone waited for its MMAs before the barrier); wait
-for this tile's MMAs. The output tile then goes through shared memory to the fused
+``wgmma`` (K 8 each) and commit; start the copies of tile ``t + stages - 2`` into the
+buffer of tile ``t - 2``; wait until only this tile's MMAs are in flight (so tile
+``t - 2``'s buffer was free: every warpgroup had finished its MMAs before the barrier).
+The tensor cores always have the next group queued. The output tile then goes through
+shared memory to the fused
 epilogue (:func:`~plugrt_builtin_ops.gemm_simt.tile_store`), as the other GEMM kernels do.
 
 Operands are not rounded: the tensor cores read TF32 from the float32 bits (the low 13
@@ -43,7 +45,9 @@ from plugrt.device import simulated
 from plugrt.kernels import Epilogue, aligned, cuda, jit
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops import gemm_simt
-from plugrt_builtin_ops.gemm_simt import choose_splits, fits, gemm_launches, is_float32, staging_bytes, tile_store
+from plugrt_builtin_ops.gemm_simt import (
+    choose_splits, fits, gemm_launches, is_even, is_float32, staging_bytes, tile_store,
+)
 from plugrt_builtin_ops.matmul_kernels import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
 
 #: K per stage: one 128-byte swizzle line of float32.
@@ -57,7 +61,8 @@ ATOM_FLOATS = 256
 @dataclass(frozen=True)
 class WgmmaConfig:
     """``wgs`` warpgroups of 64 rows each over ``bn`` columns (8 to 256, a multiple of 8),
-    ``stages`` shared buffers of K 32 (``stages - 1`` tiles in flight)."""
+    ``stages`` shared buffers of K 32: ``stages - 2`` tiles copied ahead while one is
+    multiplied and the previous one may still be read by MMAs in flight."""
 
     wgs: int
     bn: int
@@ -80,8 +85,8 @@ class WgmmaConfig:
         return self.bn // 2
 
     def check(self) -> None:
-        if self.wgs < 1 or self.bn % 8 or not 8 <= self.bn <= 256 or self.stages < 2:
-            raise ValueError(f"wgmma GEMM: tile {self} is not 1+ warpgroups over 8..256 columns with 2+ stages")
+        if self.wgs < 1 or self.bn % 8 or not 8 <= self.bn <= 256 or self.stages < 3:
+            raise ValueError(f"wgmma GEMM: tile {self} is not 1+ warpgroups over 8..256 columns with 3+ stages")
 
     def params(self) -> dict:
         return {"bm": self.bm, "bn": self.bn, "bk": BK, "wgs": self.wgs, "stages": self.stages}
@@ -140,7 +145,7 @@ SHARED_ADDRESS_PTX = "{ .reg .u64 sh64; cvta.to.shared.u64 sh64, $1; cvt.u32.u64
 FENCE_ASYNC_PTX = "fence.proxy.async.shared::cta;"
 WGMMA_FENCE_PTX = "wgmma.fence.sync.aligned;"
 WGMMA_COMMIT_PTX = "wgmma.commit_group.sync.aligned;"
-WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned 0;"
+WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned {};"
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,8 +156,9 @@ def wgmma_ops(n: int):
     - ``mma(acc, smem, a, b)``: one ``wgmma`` m64n``n``k8 with the A tile at ``smem[a]``
       and the B tile at ``smem[b]`` (atom-aligned K-major swizzled), accumulating into the
       local array ``acc`` (``n / 2`` floats, kept in registers: the indices are constant);
-    - ``wait(acc)``: ``wgmma.wait_group 0``, tied to the accumulators so nothing reads them
-      before the MMAs finish; ``fence()``, ``commit()``: ``wgmma.fence`` / ``commit_group``;
+    - ``wait(acc, pending)``: ``wgmma.wait_group pending`` (a literal), tied to the
+      accumulators so nothing else touches them before the MMAs finish; ``fence()``,
+      ``commit()``: ``wgmma.fence`` / ``commit_group``;
     - ``copy16(dst, i, src, j, ok)`` / ``copy4``: ``cp.async`` of 16 / 4 bytes from
       ``src[j]`` to the shared ``dst[i]``, zero-filled when ``ok`` is false;
     - ``commit_copies()``, ``wait_copies(pending)`` (``pending`` a literal);
@@ -198,11 +204,15 @@ def wgmma_ops(n: int):
         return types.void(acc, smem, a, b), codegen
 
     @intrinsic
-    def wait(typingctx, acc):
+    def wait(typingctx, acc, pending):
+        if not isinstance(pending, types.IntegerLiteral):
+            return None
+        ptx = WGMMA_WAIT_PTX.format(pending.literal_value)
+
         def codegen(context, builder, sig, args):
-            run_tied(builder, tied(WGMMA_WAIT_PTX, [], []), acc_pointers(context, builder, sig.args[0], args[0]), [])
+            run_tied(builder, tied(ptx, [], []), acc_pointers(context, builder, sig.args[0], args[0]), [])
             return context.get_dummy_value()
-        return types.void(acc), codegen
+        return types.void(acc, pending), codegen
 
     def statement(ptx):
         @intrinsic
@@ -293,7 +303,7 @@ def emulated_ops(n: int):
                     acc[4 * j + 2 * h + e] = s
 
     @jit(device=True)
-    def wait(acc):
+    def wait(acc, pending):
         pass
 
     @jit(device=True)
@@ -324,54 +334,142 @@ def ops_for(n: int, emulated: bool):
     return emulated_ops(n) if emulated else wgmma_ops(n)
 
 
+@functools.lru_cache(maxsize=None)
+def block_copier(count: int, size: int, dst_step: int, src_step: int | None, emulated: bool):
+    """``copy(dst, i, src, j, step)``: ``count`` ``cp.async`` of ``size`` bytes (16 or 4),
+    copy ``c`` from ``src[j + c * s]`` to the shared ``dst[i + c * dst_step]`` (indices in
+    floats; ``s`` is ``src_step``, or the runtime ``step`` when that is None). On a GPU it
+    is one inline-PTX block: the offsets are immediates (or one add per copy), so a
+    thread's whole share of a tile costs about one instruction per copy."""
+    if emulated:
+        per = size // 4
+
+        @jit(device=True)
+        def copy(dst, i, src, j, step):
+            s = step if src_step is None else src_step
+            for c in range(count):
+                for e in range(per):
+                    dst[i + c * dst_step + e] = src[j + c * s + e]
+
+        return copy
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i64 = ir.IntType(64)
+    cache = "cg" if size == 16 else "ca"
+    lines = ["{ .reg .u64 g, t; .reg .u32 s; cvta.to.shared.u64 t, $0; cvt.u32.u64 s, t; mov.u64 g, $1;"]
+    for c in range(count):
+        if src_step is None:
+            lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g], {size};")
+            if c + 1 < count:
+                lines.append("add.s64 g, g, $2;")
+        else:
+            lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g+{4 * c * src_step}], {size};")
+    ptx = " ".join(lines) + " }"
+
+    def address(context, builder, ty, value, index_ty, index):
+        array = context.make_array(ty)(context, builder, value)
+        offset = context.cast(builder, index, index_ty, types.int64)
+        return builder.ptrtoint(builder.gep(array.data, [offset]), i64)
+
+    @intrinsic
+    def copy(typingctx, dst, i, src, j, step):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i64]), ptx, "l,l,l,~{memory}",
+                               side_effect=True)
+            step_bytes = builder.mul(context.cast(builder, args[4], sig.args[4], types.int64), ir.Constant(i64, 4))
+            builder.call(asm, [address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                               address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), step_bytes])
+            return context.get_dummy_value()
+        return types.void(dst, i, src, j, step), codegen
+
+    return copy
+
+
 # --------------------------------------------------------------------------- copies
 
 
 @functools.lru_cache(maxsize=None)
-def tile_copier(rows: int, k_contiguous: bool, threads: int, emulated: bool):
+def tile_copier(rows: int, k_contiguous: bool, threads: int, even: bool, emulated: bool):
     """``copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid)``: start this
     thread's copies of the operand's ``rows x 32`` tile at ``(row0, k0)`` (element
     ``(r, k)`` at ``src[base + r * srow + k * sk]``) into the swizzled shared tile at
-    ``smem[tile]``; elements outside ``nrows x k_end`` become zeros."""
+    ``smem[tile]``; elements outside ``nrows x k_end`` become zeros (unless ``even``: whole
+    tiles only, no bounds checks).
+
+    K-contiguous (``sk == 1``): thread ``tid`` copies 16-byte chunk ``tid % 8`` of rows
+    ``tid // 8 + c * threads / 8``. Row-contiguous (``srow == 1``): warp ``w`` copies
+    8 rows x 4 k per step, step ``c`` taking block ``q = w + warps * c`` (k block ``q % 8``,
+    row block ``q // 8``); a lane's row is ``lane % 8``, its k ``lane // 8``: 32-byte global
+    segments per k, and the swizzle spreads the 32 stores over the 32 banks. Per thread
+    everything but ``row0``, ``k0`` and ``c`` is fixed, so the addresses are a few adds.
+    """
     copy16, copy4 = ops_for(8, emulated)[4:6]
     if k_contiguous:
         chunks = rows * (BK // 4)
         per_thread = -(-chunks // threads)
         ragged = chunks % threads != 0
+        step = threads // 8
+        if even and not ragged:
+            block = block_copier(per_thread, 16, step * BK, None, emulated)
+
+            @jit(device=True)
+            def copy_whole(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+                r_t = tid >> 3
+                chunk = (((tid & 7) ^ (r_t & 7)) << 2)
+                block(smem, tile + r_t * BK + chunk, src, base + (row0 + r_t) * srow + k0 + ((tid & 7) << 2),
+                      step * srow)
+
+            return copy_whole
 
         @jit(device=True)
         def copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+            r_t = tid >> 3
+            kc = (tid & 7) << 2
+            chunk = (((tid & 7) ^ (r_t & 7)) << 2)  # the swizzled chunk: step is a multiple of 8
+            at = base + (row0 + r_t) * srow + k0 + kc
             for c in range(per_thread):
-                e = tid + c * threads
-                if not ragged or e < chunks:
-                    r = e >> 3
-                    kc = (e & 7) << 2
-                    ok = row0 + r < nrows and k0 + kc < k_end
-                    at = base + (row0 + r) * srow + k0 + kc if ok else base
-                    copy16(smem, tile + swizzled_device(r, kc), src, at, ok)
+                r = r_t + c * step
+                if not ragged or r < rows:
+                    ok = even or (row0 + r < nrows and k0 + kc < k_end)
+                    copy16(smem, tile + r * BK + chunk, src, at + c * step * srow if ok else base, ok)
 
         return copy
 
-    # Row-contiguous: a warp takes 8 rows x 4 k (32-byte global segments per k; the
-    # swizzle spreads the 32 stores over 32 banks).
-    elements = rows * BK
-    per_thread = -(-elements // threads)
-    ragged = elements % threads != 0
-    row_blocks = rows // 8
+    warps = threads // 32
+    per_thread = -(-rows // warps)
+    ragged = rows % warps != 0
+    if even and not ragged and warps % 8 == 0:
+        # Then a warp's k block is fixed (w % 8) and copy c is c * warps rows further.
+        block = block_copier(per_thread, 4, warps * BK, warps, emulated)
+
+        @jit(device=True)
+        def copy_rows_whole(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+            lane8 = tid & 7
+            kin = (tid >> 3) & 3
+            w = tid >> 5
+            r = ((w >> 3) << 3) + lane8
+            block(smem, tile + r * BK + (((((w & 7) ^ lane8)) << 2) | kin), src,
+                  base + row0 + r + (k0 + ((w & 7) << 2) + kin) * sk, 0)
+
+        return copy_rows_whole
 
     @jit(device=True)
     def copy_rows(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+        lane8 = tid & 7
+        kin = (tid >> 3) & 3
+        w = tid >> 5
+        at = base + row0 + lane8 + (k0 + kin) * sk
         for c in range(per_thread):
-            e = tid + c * threads
-            if not ragged or e < elements:
-                q = e >> 5
-                lane = e & 31
-                kb = q // row_blocks
-                r = (q - kb * row_blocks) * 8 + (lane & 7)
-                k = kb * 4 + (lane >> 3)
-                ok = row0 + r < nrows and k0 + k < k_end
-                at = base + (row0 + r) * srow + (k0 + k) * sk if ok else base
-                copy4(smem, tile + swizzled_device(r, k), src, at, ok)
+            q = w + warps * c
+            if not ragged or q < rows:
+                kb4 = (q & 7) << 2
+                r = ((q >> 3) << 3) + lane8
+                ok = even or (row0 + r < nrows and k0 + kb4 + kin < k_end)
+                dst = tile + r * BK + ((((q & 7) ^ lane8) << 2) | kin)
+                copy4(smem, dst, src, at + (r - lane8) + kb4 * sk if ok else base, ok)
 
     return copy_rows
 
@@ -392,10 +490,11 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
     (mma, wait, fence, commit, _, _, commit_copies, wait_copies, fence_async,
      shared_address) = ops_for(BN, emulated)
-    copy_a = tile_copier(BM, bool(a_k_contiguous), NT, emulated)
-    copy_b = tile_copier(BN, bool(b_k_contiguous), NT, emulated)
+    copy_a = tile_copier(BM, bool(a_k_contiguous), NT, bool(even), emulated)
+    copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
-    PENDING = S - 2
+    AHEAD = S - 2  # tiles copied ahead: one buffer is multiplied, one still read by MMAs in flight
+    PENDING = AHEAD - 1
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
         smem = cuda.shared.array(0, float32)
@@ -418,7 +517,7 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             acc[i] = float32(0)
 
         ktiles = (k_end - k_begin + BK - 1) // BK
-        for s in range(S - 1):
+        for s in range(AHEAD):
             if s < ktiles:
                 kt = k_begin + s * BK
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid)
@@ -427,7 +526,7 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         for t in range(ktiles):
             wait_copies(PENDING)  # this thread's copies of tile t have landed ...
             fence_async()  # ... are visible to the async proxy ...
-            cuda.syncthreads()  # ... everyone's; and everyone's MMAs of tile t - 1 are done
+            cuda.syncthreads()  # ... everyone's; and everyone's MMAs of tile t - 2 are done
             slot = t % S
             a_at = a_ring + slot * A_STAGE
             b_at = b_ring + slot * B_STAGE
@@ -437,14 +536,15 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             mma(acc, smem, a_at + 16, b_at + 16)
             mma(acc, smem, a_at + 24, b_at + 24)
             commit()
-            ahead = t + S - 1
-            if ahead < ktiles:
+            ahead = t + AHEAD
+            if ahead < ktiles:  # into tile t - 2's buffer
                 free = ahead % S
                 kt = k_begin + ahead * BK
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + free * B_STAGE, tid)
             commit_copies()
-            wait(acc)
+            wait(acc, 1)  # tile t - 1's MMAs are done; tile t's stay in flight
+        wait(acc, 0)
         wait_copies(0)
         cuda.syncthreads()
 
@@ -502,7 +602,7 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
     if layouts is None:
         raise ValueError(f"wgmma GEMM: operands of strides {meta[[SAM, SAK, SBK, SBN]].tolist()} do not suit {config.name}")
     a_kc, b_kc = layouts
-    even = int(meta[M_]) % config.bm == 0 and int(meta[N_]) % config.bn == 0
+    even = is_even(meta, config.bm, config.bn, BK)
 
     def kernel_for(split):
         return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)

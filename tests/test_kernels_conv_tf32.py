@@ -20,11 +20,15 @@ from test_kernels_conv_tactics import F64, _node, _run, residual_relu
 #: One warp: 16 output channels x 8 pixels, K step 8.
 TINY = Tf32Config(1, 1, 1, 1, 8)
 TF32_TOL = 5e-3
+PRODUCTION = conv_tf32.GPU_CONFIGS
 
 
 @pytest.fixture(autouse=True)
 def tiny_tiles(monkeypatch):
+    """The one-warp tile on either backend (on a GPU it runs the real mma.sync), so the
+    small problems here fill a tile."""
     monkeypatch.setattr(conv_tf32, "SIM_CONFIGS", (TINY,))
+    monkeypatch.setattr(conv_tf32, "GPU_CONFIGS", (TINY,))
 
 
 def _close(got, want, label):
@@ -98,9 +102,9 @@ def test_tf32_conv_kernels_compile_for_the_gpu():
 
 @pytest.mark.skipif(simulated(), reason="tensor cores need a GPU")
 def test_tf32_conv_production_tile_on_the_gpu(rng, monkeypatch):
-    monkeypatch.setattr(conv_tf32, "GPU_CONFIGS", conv_tf32.GPU_CONFIGS)
+    monkeypatch.setattr(conv_tf32, "GPU_CONFIGS", PRODUCTION)
     graph, node, op, ins, outs, feeds, want = _node(rng, (2, 64, 14, 14), (128, 64, 3, 3), dict(pads=[1, 1, 1, 1]))
     geo = op._kernel_geometry(node, ins, outs)
     for splits in (1, 2):
-        got, _ = _run(graph, conv_tf32.conv_tf32_tactic(geo, conv_tf32.GPU_CONFIGS[0], splits), feeds)
+        got, _ = _run(graph, conv_tf32.conv_tf32_tactic(geo, PRODUCTION[0], splits), feeds)
         _close(got, want, f"splits {splits}")

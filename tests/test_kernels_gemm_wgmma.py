@@ -28,8 +28,8 @@ from test_kernels_epilogue import _node, _reference, _run, residual_relu, residu
 
 F32 = np.float32
 TF32_TOL = 5e-3
-#: One warpgroup over 8 columns, 2 stages; over 16 columns, 3 stages.
-TINY = (WgmmaConfig(1, 8, 2), WgmmaConfig(1, 16, 3))
+#: One warpgroup over 8 columns, 3 stages (one tile ahead); over 16 columns, 4 stages.
+TINY = (WgmmaConfig(1, 8, 3), WgmmaConfig(1, 16, 4))
 PRODUCTION = gemm_wgmma.WGMMA_CONFIGS
 
 
@@ -91,6 +91,21 @@ def test_wgmma_matches_the_reference(rng, op_type, shapes, attrs):
         close(run_tactic(graph, tactic, feeds)[0], want, f"{op_type} {tactic.name}")
 
 
+@pytest.mark.parametrize("op_type, shapes, attrs", [
+    ("MatMul", {"a": (128, 64), "b": (64, 8)}, {}),
+    ("Gemm", {"a": (128, 64), "b": (8, 64)}, {"transB": 1}),
+])
+def test_whole_tiles_copy_in_blocks(rng, op_type, shapes, attrs):
+    """Whole tiles and two warpgroups (8 warps): each thread's copies of a tile are one
+    block of fixed offsets (16-byte chunks of A; 4-byte copies of B or 16-byte ones)."""
+    feeds = {k: rand(rng, v) for k, v in shapes.items()}
+    meta, offs = plan(op_type, feeds, attrs)
+    tactic = gemm_wgmma.wgmma_tactic(WgmmaConfig(2, 8, 3), meta, offs, epilogue=no_epilogue(2))
+    graph = import_model(single_node_model(op_type, feeds, attrs), registry=default_registry())
+    want = ReferenceExecutor(graph, default_registry()).run(feeds)[graph.outputs[0]]
+    close(run_tactic(graph, tactic, feeds)[0], want, op_type)
+
+
 @pytest.mark.parametrize("splits", [2, 3])
 def test_split_k(rng, splits):
     """K 96 = three tiles split 2+1 or 1+1+1; partial sums in the workspace."""
@@ -128,7 +143,7 @@ def test_layouts_that_do_not_suit_are_not_offered(rng):
     with pytest.raises(ValueError, match="warpgroups"):
         WgmmaConfig(1, 12, 2).check()
     with pytest.raises(ValueError, match="stages"):
-        WgmmaConfig(1, 8, 1).check()
+        WgmmaConfig(1, 8, 2).check()
 
 
 def test_misaligned_operands_fall_back(rng):
@@ -186,7 +201,7 @@ def test_wgmma_kernels_compile_for_the_gpu():
             for a_kc, b_kc in ((True, False), (True, True), (False, False)):
                 check(f"{config.name} {a_kc} {b_kc}", W.wgmma_kernel(config, a_kc, b_kc, True, False, epi, False),
                       args, True)
-        check("emulated", W.wgmma_kernel(W.WgmmaConfig(1, 8, 2), True, False, False, True, epi, True), args, True)
+        check("emulated", W.wgmma_kernel(W.WgmmaConfig(1, 8, 3), True, False, False, True, epi, True), args, True)
     """)
     assert not failures, "\n".join(failures)
 
