@@ -205,7 +205,7 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
-PARTS = ("chain", "gemm", "attention", "tuning", "models", "gemm_variants")
+PARTS = ("chain", "gemm", "conv", "attention", "tuning", "models", "gemm_variants")
 
 
 def main() -> int:
@@ -237,6 +237,8 @@ def main() -> int:
             report["attention"] = guarded(lambda: __import__("attention_bench").attention_benchmark())
         elif part == "gemm_variants":
             report["gemm_variants"] = guarded(lambda: __import__("gemm_diag").variants_benchmark())
+        elif part == "conv":
+            report["conv"] = guarded(lambda: __import__("conv_bench").conv_benchmark())
         save()
         print_part(part, report)
     return 0
@@ -310,7 +312,7 @@ def print_part(part: str, report: dict) -> None:
                   f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
                   f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
                   f"{tuning['warm_plan_identical']}")
-    elif part in ("gemm", "attention", "gemm_variants"):
+    elif part in ("gemm", "conv", "attention", "gemm_variants"):
         entry = report["sgemm" if part == "gemm" else part]
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")
