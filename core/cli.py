@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--timing-cache", metavar="FILE",
                        help="a JSON timing cache: read before the build (missing: empty), written after it")
     build.add_argument("--optimization-level", type=int, default=3, choices=range(6), metavar="N",
-                       help="0: each plugin's first tactic, untimed; 1-4: time the first 4 tactics of each "
-                            "layer; 5: time all (default 3)")
+                       help="0: each plugin's first tactic, untimed; 1, 2, 3, 4: time the first 2, 3, 3, 6 "
+                            "tactics of each layer; 5: time all (default 3)")
     build.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
     build.add_argument("--no-progress", action="store_true", help="no progress line while tactics are timed")
     build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")

@@ -31,7 +31,7 @@ from plugrt.kernels import cuda, jit
 from plugrt.plugin import OpPlugin, TensorInfo
 from plugrt.registry import Registry
 from plugrt.tactic import Launch, Tactic
-from plugrt.tactics import PLAUSIBLE_TACTICS, TimingCache, TimingCacheError, Tuner, layer_key, tactic_key
+from plugrt.tactics import PLAUSIBLE_TACTICS, TACTICS_BY_LEVEL, TimingCache, TimingCacheError, Tuner, layer_key, tactic_key
 from plugrt.tactics.timing import verify
 from plugrt.tactics.timing_cache import FAILED
 
@@ -139,7 +139,7 @@ def test_picks_the_fastest_verified_tactic_and_records_times(caplog):
     variants = [_variant("a", 3.0), _variant("b", 1.0), _variant("wrong", 0.5, "wrong"), _variant("c", 2.0)]
     clock = Clock(variants)
     with caplog.at_level(logging.WARNING, logger="plugrt.tactics"):
-        engine = build(variants, clock)
+        engine = build(variants, clock, optimization_level=4)  # times up to 6
     assert chosen(engine) == "b"
     assert sorted(clock.calls) == ["a", "b", "c"]  # the wrong one is never timed
     assert "'wrong'" in caplog.text and "unlike tactic 'a'" in caplog.text
@@ -187,13 +187,14 @@ def test_optimization_levels():
 
 
 def test_tuner_candidates_by_level():
-    tactics = [f"t{i}" for i in range(PLAUSIBLE_TACTICS + 2)]
+    tactics = [f"t{i}" for i in range(max(TACTICS_BY_LEVEL) + 2)]
 
     def timed(level, candidates=tactics):
         return Tuner(BuilderConfig(optimization_level=level), measure=float, device={}).to_time(candidates)
 
     assert timed(0) == []
-    assert [timed(level) for level in (1, 2, 3, 4)] == [tactics[:PLAUSIBLE_TACTICS]] * 4
+    assert [timed(level) for level in (1, 2, 3, 4)] == [tactics[:n] for n in (2, 3, 3, 6)]
+    assert len(timed(3)) == PLAUSIBLE_TACTICS
     assert timed(5) == tactics
     assert timed(5, tactics[:1]) == []  # no choice to make
     if simulated():  # no measure: nothing is timed there (on a GPU the default measure times)

@@ -78,7 +78,7 @@ class BuilderConfig:
     fusion: bool = True
     disabled_passes: set[str] = field(default_factory=set)
     #: TensorRT's 0..5: 0 takes each plugin's first tactic untimed, 1-4 time the first
-    #: ``PLAUSIBLE_TACTICS`` (4) of each layer, 5 times them all.
+    #: 2, 3, 3 or 6 of each layer (``TACTICS_BY_LEVEL``), 5 times them all.
     optimization_level: int = 3
     #: Allow tactics on TF32 tensor cores (``Tactic.math == "tf32"``) for float32 layers.
     tf32: bool = True

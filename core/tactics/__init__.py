@@ -7,7 +7,7 @@ keeps the timings in a JSON file across builds (:mod:`plugrt.tactics.timing_cach
 
 from plugrt.tactics.timing import TacticRun, cuda_event_median
 from plugrt.tactics.timing_cache import TimingCache, TimingCacheError, layer_key, tactic_key
-from plugrt.tactics.tuner import PLAUSIBLE_TACTICS, Choice, Tuner
+from plugrt.tactics.tuner import PLAUSIBLE_TACTICS, TACTICS_BY_LEVEL, Choice, Tuner
 
-__all__ = ["PLAUSIBLE_TACTICS", "Choice", "TacticRun", "TimingCache", "TimingCacheError", "Tuner",
+__all__ = ["PLAUSIBLE_TACTICS", "TACTICS_BY_LEVEL", "Choice", "TacticRun", "TimingCache", "TimingCacheError", "Tuner",
            "cuda_event_median", "layer_key", "tactic_key"]
