@@ -8,6 +8,10 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
 
     python3 benchmarks/ptx_resources.py                      # the offered TF32/SIMT GEMM and TF32 conv tiles
     python3 benchmarks/ptx_resources.py tf32:4,2,4,8,32,3    # one TF32 GEMM tile (wm,wn,mi,ni,bk[,stages])
+    python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
+
+ptxas's "warpgroup.arrive/wait is injected" notes (C7517/C7519) on a wgmma kernel mean its
+accumulators were touched between an MMA and its wait: the MMAs were serialized.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import plugrt  # noqa: E402,F401  (chooses the backend first)
 from numba import cuda  # noqa: E402
 from numba.cuda.compiler import compile_ptx  # noqa: E402
 
-from plugrt_builtin_ops import conv_tf32, gemm_simt, gemm_tf32  # noqa: E402
+from plugrt_builtin_ops import conv_tf32, gemm_simt, gemm_tf32, gemm_wgmma  # noqa: E402
 
 
 @cuda.jit(device=True)
@@ -50,18 +54,19 @@ GEMM_ARGS = (F32, F32, F32, F32, F32, I64, I64, types.float32, types.float32, ty
 CONV_ARGS = (F32, F32, F32, F32, F32, I64, I64, types.Tuple((I64,)))
 
 
-def resources(kernel, args) -> str:
-    """``ptxas -v``'s register, spill and shared-memory lines for one kernel."""
-    ptx, _ = compile_ptx(kernel.py_func, args, device=False, cc=(9, 0),
+def resources(kernel, args, arch: str = "") -> str:
+    """``ptxas -v``'s register, spill and shared-memory lines for one kernel (``arch``:
+    ``"a"`` for sm_90a, which wgmma needs)."""
+    ptx, _ = compile_ptx(kernel.py_func, args, device=False, cc=(9, 0, arch) if arch else (9, 0),
                          launch_bounds=kernel.targetoptions.get("launch_bounds"))
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "kernel.ptx")
         with open(path, "w") as f:
             f.write(ptx)
-        proc = subprocess.run(["ptxas", "-arch=sm_90", "-v", path, "-o", os.path.join(folder, "kernel.cubin")],
+        proc = subprocess.run(["ptxas", f"-arch=sm_90{arch}", "-v", path, "-o", os.path.join(folder, "kernel.cubin")],
                               capture_output=True, text=True)
     lines = [line.split("info    : ")[-1].strip() for line in proc.stderr.splitlines()
-             if re.search(r"registers|spill|error", line)]
+             if re.search(r"registers|spill|error|C751", line)]
     return "; ".join(lines) or proc.stderr.strip()[-300:]
 
 
@@ -74,6 +79,8 @@ def kernels(spec: str | None):
             yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
         for config in conv_tf32.GPU_CONFIGS:
             yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
+        for config in gemm_wgmma.WGMMA_CONFIGS:
+            yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
         return
     kind, _, numbers = spec.partition(":")
     values = [int(v) for v in numbers.split(",")]
@@ -84,11 +91,21 @@ def kernels(spec: str | None):
     elif kind == "simt":
         config = gemm_simt.SimtConfig(*values)
         yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
+    elif kind == "wgmma":
+        config = gemm_wgmma.WgmmaConfig(*values)
+        yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
     elif kind == "conv":
         config = gemm_tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
-        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt: or conv:")
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma: or conv:")
+
+
+def _wgmma(config):
+    """A whole-tile wgmma kernel (A K-contiguous, B row-contiguous: a plain MatMul)."""
+    kernel = gemm_wgmma.wgmma_kernel(config, True, False, True, False, _no_epilogue, False)
+    kernel.ptx_arch = "a"
+    return kernel
 
 
 def main() -> int:
@@ -96,7 +113,7 @@ def main() -> int:
         print("ptxas not found on PATH (it comes with a CUDA toolkit)", file=sys.stderr)
         return 2
     for label, kernel, args in kernels(sys.argv[1] if len(sys.argv) > 1 else None):
-        print(f"{label:40} {resources(kernel, args)}", flush=True)
+        print(f"{label:40} {resources(kernel, args, getattr(kernel, 'ptx_arch', ''))}", flush=True)
     return 0
 
 

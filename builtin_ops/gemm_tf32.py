@@ -29,7 +29,9 @@ import numpy as np
 from numba import float32
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll, round_tf32, tf32_mma
+from plugrt.kernels import (
+    Epilogue, aligned, cuda, element_address, jit, literal_unroll, ptx_statement, round_tf32, tf32_mma,
+)
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops.gemm_simt import (
     choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
@@ -123,31 +125,17 @@ def async_copy(emulated: bool, pending: int):
 
     i64 = ir.IntType(64)
 
-    def address(context, builder, ty, value, index_ty, index):
-        array = context.make_array(ty)(context, builder, value)
-        offset = context.cast(builder, index, index_ty, types.int64)
-        return builder.ptrtoint(builder.gep(array.data, [offset]), i64)
-
     @intrinsic
     def copy16(typingctx, dst, i, src, j):
         def codegen(context, builder, sig, args):
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64]), CP_ASYNC_PTX, "l,l,~{memory}",
                                side_effect=True)
-            builder.call(asm, [address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
-                               address(context, builder, sig.args[2], args[2], sig.args[3], args[3])])
+            builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                               element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3])])
             return context.get_dummy_value()
         return types.void(dst, i, src, j), codegen
 
-    def statement(ptx):
-        @intrinsic
-        def run(typingctx):
-            def codegen(context, builder, sig, args):
-                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
-                return context.get_dummy_value()
-            return types.void(), codegen
-        return run
-
-    return copy16, statement("cp.async.commit_group;"), statement(f"cp.async.wait_group {pending};")
+    return copy16, ptx_statement("cp.async.commit_group;"), ptx_statement(f"cp.async.wait_group {pending};")
 
 
 def _ldmatrix_ptx(count: int) -> str:
@@ -178,9 +166,7 @@ def _ldmatrix():
         @intrinsic
         def ldmatrix(typingctx, array, index):
             def codegen(context, builder, sig, args):
-                data = context.make_array(sig.args[0])(context, builder, args[0]).data
-                offset = context.cast(builder, args[1], sig.args[1], types.int64)
-                address = builder.ptrtoint(builder.gep(data, [offset]), i64)
+                address = element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
                 asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * count), [i64]), ptx,
                                    ",".join(["=r"] * count) + ",l,~{memory}", side_effect=True)
                 result = builder.call(asm, [address])

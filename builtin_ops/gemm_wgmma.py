@@ -42,7 +42,7 @@ import numpy as np
 from numba import float32, uint32
 
 from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit
+from plugrt.kernels import Epilogue, aligned, cuda, element_address, jit, ptx_statement
 from plugrt.tactic import Tactic
 from plugrt_builtin_ops import gemm_simt
 from plugrt_builtin_ops.gemm_simt import (
@@ -172,11 +172,6 @@ def wgmma_ops(n: int):
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     acc_count = n // 2
 
-    def address(context, builder, ty, value, index_ty, index):
-        array = context.make_array(ty)(context, builder, value)
-        offset = context.cast(builder, index, index_ty, types.int64)
-        return builder.ptrtoint(builder.gep(array.data, [offset]), i64)
-
     def acc_pointers(context, builder, ty, value):
         data = context.make_array(ty)(context, builder, value).data
         return [builder.gep(data, [ir.Constant(i64, r)]) for r in range(acc_count)]
@@ -198,8 +193,8 @@ def wgmma_ops(n: int):
         def codegen(context, builder, sig, args):
             asm = tied(wgmma_ptx(n), [i64, i64], ["l", "l"])
             run_tied(builder, asm, acc_pointers(context, builder, sig.args[0], args[0]),
-                     [address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
-                      address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
+                     [element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
+                      element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
             return context.get_dummy_value()
         return types.void(acc, smem, a, b), codegen
 
@@ -214,15 +209,6 @@ def wgmma_ops(n: int):
             return context.get_dummy_value()
         return types.void(acc, pending), codegen
 
-    def statement(ptx):
-        @intrinsic
-        def run(typingctx):
-            def codegen(context, builder, sig, args):
-                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
-                return context.get_dummy_value()
-            return types.void(), codegen
-        return run
-
     def copier(ptx):
         @intrinsic
         def copy(typingctx, dst, i, src, j, ok):
@@ -231,8 +217,8 @@ def wgmma_ops(n: int):
                                    side_effect=True)
                 size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
                                       ir.Constant(i32, 16 if "16" in ptx else 4), ir.Constant(i32, 0))
-                builder.call(asm, [address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
-                                   address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
+                builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                                   element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
                 return context.get_dummy_value()
             return types.void(dst, i, src, j, ok), codegen
         return copy
@@ -256,9 +242,9 @@ def wgmma_ops(n: int):
             return builder.call(asm, [builder.ptrtoint(data, i64)])
         return types.uint32(smem), codegen
 
-    return (mma, wait, statement(WGMMA_FENCE_PTX), statement(WGMMA_COMMIT_PTX), copier(CP_ASYNC16_PTX),
-            copier(CP_ASYNC4_PTX), statement("cp.async.commit_group;"), wait_copies, statement(FENCE_ASYNC_PTX),
-            shared_address)
+    return (mma, wait, ptx_statement(WGMMA_FENCE_PTX), ptx_statement(WGMMA_COMMIT_PTX), copier(CP_ASYNC16_PTX),
+            copier(CP_ASYNC4_PTX), ptx_statement("cp.async.commit_group;"), wait_copies,
+            ptx_statement(FENCE_ASYNC_PTX), shared_address)
 
 
 def _truncate(x):
@@ -369,19 +355,14 @@ def block_copier(count: int, size: int, dst_step: int, src_step: int | None, emu
             lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g+{4 * c * src_step}], {size};")
     ptx = " ".join(lines) + " }"
 
-    def address(context, builder, ty, value, index_ty, index):
-        array = context.make_array(ty)(context, builder, value)
-        offset = context.cast(builder, index, index_ty, types.int64)
-        return builder.ptrtoint(builder.gep(array.data, [offset]), i64)
-
     @intrinsic
     def copy(typingctx, dst, i, src, j, step):
         def codegen(context, builder, sig, args):
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i64]), ptx, "l,l,l,~{memory}",
                                side_effect=True)
             step_bytes = builder.mul(context.cast(builder, args[4], sig.args[4], types.int64), ir.Constant(i64, 4))
-            builder.call(asm, [address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
-                               address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), step_bytes])
+            builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                               element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), step_bytes])
             return context.get_dummy_value()
         return types.void(dst, i, src, j, step), codegen
 

@@ -147,6 +147,35 @@ def vector4():
     return load4, store4
 
 
+def element_address(context, builder, array_type, array, index_type, index):
+    """Inside an ``@intrinsic``'s codegen: the generic address of ``array[index]`` as a
+    64-bit integer, the operand inline PTX takes (``l`` constraint) for a memory address."""
+    from llvmlite import ir
+    from numba import types
+
+    data = context.make_array(array_type)(context, builder, array).data
+    offset = context.cast(builder, index, index_type, types.int64)
+    return builder.ptrtoint(builder.gep(data, [offset]), ir.IntType(64))
+
+
+@functools.lru_cache(maxsize=None)
+def ptx_statement(ptx: str):
+    """An ``@intrinsic`` of no arguments running one inline-PTX statement, ordered like a
+    memory access (a fence, a commit or wait of asynchronous copies; GPU target only)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def statement(typingctx):
+        def codegen(context, builder, sig, args):
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    return statement
+
+
 #: The PTX of :func:`tf32_mma` (also what ``ptxas`` checks in the tests).
 CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
 MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
