@@ -378,10 +378,7 @@ def estimated_cycles(geo: ConvGeometry, config: GemmConfig, splits: int) -> floa
     blocks = geo.group * -(-mg // config.bm) * -(-npix // config.bn) * splits
     waves = -(-blocks // (SMS * BLOCKS_PER_SM))
     reuse = config.tm * config.tn / (config.tm + config.tn)
-    # Squared: on the H200 (ResNet-18, batch 32) 8x4 and 8x8 register tiles ran 1.5-1.7x
-    # as fast as 4x4 ones where both filled the GPU; unsquared, the 4x4 tiles were ranked
-    # ahead of the winners, beyond the three tactics the default tuner level times.
-    efficiency = (reuse / (reuse + 2)) ** 2
+    efficiency = reuse / (reuse + 2)
     cycles = waves * config.bm * config.bn * config.bk * per_split / (FMAS_PER_CYCLE / BLOCKS_PER_SM * efficiency)
     if splits > 1:
         cycles += 8 * splits * geo.out_channels * npix / BYTES_PER_CYCLE + SPLIT_LAUNCH
@@ -389,8 +386,7 @@ def estimated_cycles(geo: ConvGeometry, config: GemmConfig, splits: int) -> floa
 
 
 def gemm_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, configs=None) -> list[Tactic]:
-    """Every GEMM tactic of the node, fastest estimate first (tiles of a shape already
-    listed, differing only in K step, after the others): the plain 1x1 GEMM for
+    """Every GEMM tactic of the node, fastest estimate first: the plain 1x1 GEMM for
     :func:`is_pointwise` nodes, else the implicit GEMM; per fitting tile one tactic
     without a K split and one with :func:`choose_splits`' split where that is above 1."""
     configs = tuple(configs or default_configs())
@@ -404,13 +400,4 @@ def gemm_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, configs=None) -> 
             if splits > 1 and tactic.params["splits"] == 1:
                 continue  # K too short to split after all
             candidates.append((estimated_cycles(geo, config, tactic.params["splits"]), len(candidates), tactic))
-    ranked = [tactic for _, _, tactic in sorted(candidates, key=lambda c: c[:2])]
-    # Tiles that differ only in their K step time alike: the first of each shape goes
-    # ahead, so the few tactics the tuner times are different shapes.
-    first, repeats, shapes = [], [], set()
-    for tactic in ranked:
-        p = tactic.params
-        shape = (p["bm"], p["bn"], p["tm"], p["tn"], p["splits"])
-        (repeats if shape in shapes else first).append(tactic)
-        shapes.add(shape)
-    return first + repeats
+    return [tactic for _, _, tactic in sorted(candidates, key=lambda c: c[:2])]
