@@ -287,28 +287,41 @@ def mma_tensor_core(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, ro
 
 
 @functools.lru_cache(maxsize=None)
-def mma_emulated(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int):
+def mma_emulated(mi: int, ni: int, ars: int, aks: int, brs: int, bks: int, round_loads: bool = True):
     """The simulator's warp step: this thread's accumulators of every tile, by scalar FMAs
-    on TF32-rounded operands (no cross-lane data needed); layouts as :func:`mma_tensor_core`."""
+    on TF32-rounded operands (no cross-lane data needed); layouts as :func:`mma_tensor_core`.
+
+    The thread's operand rows and columns of the k8 slice are read (and rounded, unless
+    they were rounded when staged) once into local arrays: in the simulator every device
+    function call takes a lock shared by all threads, and a call per FMA made 256-thread
+    blocks crawl."""
+    RA, RB = 2 * mi, 2 * ni
 
     @jit(device=True)
     def warp_mma(smem, a_off, b_off, lane, acc):
+        fa = cuda.local.array((RA, 8), float32)  # row i * 16 + g + 8 * half at [2 i + half]
+        fb = cuda.local.array((RB, 8), float32)  # column j * 8 + 2 t + e at [2 j + e]
         g = lane >> 2
         t = lane & 3
+        for r in range(RA):
+            row = a_off + ((r >> 1) * 16 + g + 8 * (r & 1)) * ars
+            for kk in range(8):
+                v = smem[row + kk * aks]
+                fa[r, kk] = round_tf32(v) if round_loads else v
+        for c in range(RB):
+            col = b_off + ((c >> 1) * 8 + 2 * t + (c & 1)) * brs
+            for kk in range(8):
+                v = smem[col + kk * bks]
+                fb[c, kk] = round_tf32(v) if round_loads else v
         for i in range(mi):
             for j in range(ni):
                 base = (i * ni + j) * 4
                 for half in range(2):
-                    row = a_off + (i * 16 + g + 8 * half) * ars
-                    col = b_off + (j * 8 + 2 * t) * brs
-                    s0 = acc[base + 2 * half]
-                    s1 = acc[base + 2 * half + 1]
-                    for kk in range(8):
-                        av = round_tf32(smem[row + kk * aks])
-                        s0 += av * round_tf32(smem[col + kk * bks])
-                        s1 += av * round_tf32(smem[col + brs + kk * bks])
-                    acc[base + 2 * half] = s0
-                    acc[base + 2 * half + 1] = s1
+                    for e in range(2):
+                        s = acc[base + 2 * half + e]
+                        for kk in range(8):
+                            s += fa[2 * i + half, kk] * fb[2 * j + e, kk]
+                        acc[base + 2 * half + e] = s
 
     return warp_mma
 
@@ -334,7 +347,7 @@ def warp_mma_for(mi: int, ni: int, a_strides: tuple[int, int], b_strides: tuple[
     ``a_strides``/``b_strides``: the shared layout's (row, k) strides of each operand."""
     emulated = simulated() if emulated is None else emulated
     if emulated:
-        return mma_emulated(mi, ni, *a_strides, *b_strides)
+        return mma_emulated(mi, ni, *a_strides, *b_strides, bool(round_loads))
     return mma_tensor_core(mi, ni, *a_strides, *b_strides, round_loads)
 
 

@@ -264,9 +264,14 @@ def emulated_ops(n: int):
     ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``), copies are
     immediate, fences and waits do nothing."""
     truncate = jit(device=True)(_truncate)
+    COLS = n // 4  # this thread's B columns: 2 per 8
 
     @jit(device=True)
     def mma(acc, smem, a, b):
+        # Operand rows of this thread (2 of A, n / 4 of B) read and truncated once per
+        # call: in the simulator each device-function call takes a lock all threads share.
+        fa = cuda.local.array((2, WK), float32)
+        fb = cuda.local.array((COLS, WK), float32)
         lane = cuda.threadIdx.x & 127
         g = (lane & 31) >> 2
         t = lane & 3
@@ -276,16 +281,20 @@ def emulated_ops(n: int):
         k0 = a & (BK - 1)
         a_line = a - k0
         b_line = b - (b & (BK - 1))
+        for kk in range(WK):
+            k = k0 + kk
+            for h in range(2):
+                row = rows + 8 * h
+                fa[h, kk] = truncate(smem[a_line + row * BK + ((((k >> 2) ^ (row & 7)) << 2) | (k & 3))])
+            for c in range(COLS):
+                col = 8 * (c >> 1) + 2 * t + (c & 1)
+                fb[c, kk] = truncate(smem[b_line + col * BK + ((((k >> 2) ^ (col & 7)) << 2) | (k & 3))])
         for j in range(n // 8):
             for h in range(2):
                 for e in range(2):
-                    row = rows + 8 * h
-                    col = 8 * j + 2 * t + e
                     s = acc[4 * j + 2 * h + e]
                     for kk in range(WK):
-                        k = k0 + kk
-                        s += (truncate(smem[a_line + swizzled_device(row, k)])
-                              * truncate(smem[b_line + swizzled_device(col, k)]))
+                        s += fa[h, kk] * fb[2 * j + e, kk]
                     acc[4 * j + 2 * h + e] = s
 
     @jit(device=True)
