@@ -27,7 +27,7 @@ from plugrt_builtin_ops.conv_gemm_kernels import (
 from plugrt_builtin_ops.conv_kernels import (
     G2_C, G2_CG, G2_H, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W, ConvGeometry,
 )
-from plugrt_builtin_ops.gemm_tf32 import PAD, Tf32Config, warp_mma_for
+from plugrt_builtin_ops.gemm_tf32 import PAD, Tf32Config, accumulator_stager, warp_mma_for
 
 #: Tiles offered on a GPU: 8 warps, 128 output channels x 64 pixels or 64 x 128, K step 16
 #: (254 registers, no spills for sm_90; 128 x 128 spills 264 bytes a thread). The
@@ -63,6 +63,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
     A_PASSES, B_PASSES = BM // A_ROWS, BK // B_ROWS
     SLICES = tuple(range(0, BK, 8))
     warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
+    stage = accumulator_stager(MI, NI, BN)
     to_tf32 = round_tf32 if emulated else tf32_mma()[0]
 
     def conv_tf32(y, x, w, b, partial, ktab, geo, operands):
@@ -73,8 +74,6 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
         warp = tid >> 5
         wrow = (warp // WN) * (MI * 16)
         wcol = (warp % WN) * (NI * 8)
-        g4 = lane >> 2
-        t4 = lane & 3
         b_col = tid % BN
         b_row0 = tid // BN
         a_k = tid % BK
@@ -136,18 +135,9 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
                             warp_mma(smem, wrow + ks * LDA, A_SIZE + wcol + ks * LDB, lane, acc)
                         cuda.syncthreads()
                     # The block's output tile goes through shared memory (the staging buffers,
-                    # free after the last barrier): accumulator a of tile (i, j) holds row g
-                    # (+ 8 for a >= 2), column 2t (+ 1 for odd a); constant indices keep acc in
-                    # registers. Then consecutive threads store consecutive pixels.
-                    for i in range(MI):
-                        for j in range(NI):
-                            base = (i * NI + j) * 4
-                            row = wrow + i * 16 + g4
-                            col = wcol + j * 8 + 2 * t4
-                            smem[row * BN + col] = acc[base]
-                            smem[row * BN + col + 1] = acc[base + 1]
-                            smem[(row + 8) * BN + col] = acc[base + 2]
-                            smem[(row + 8) * BN + col + 1] = acc[base + 3]
+                    # free after the last barrier); then consecutive threads store
+                    # consecutive pixels.
+                    stage(smem, acc, wrow, wcol, lane)
                     cuda.syncthreads()
                     for e in range(tid, BM * BN, NT):
                         row = e // BN

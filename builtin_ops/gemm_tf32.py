@@ -351,6 +351,30 @@ def warp_mma_for(mi: int, ni: int, a_strides: tuple[int, int], b_strides: tuple[
     return mma_tensor_core(mi, ni, *a_strides, *b_strides, round_loads)
 
 
+@functools.lru_cache(maxsize=None)
+def accumulator_stager(mi: int, ni: int, bn: int):
+    """``stage(smem, acc, wrow, wcol, lane)``: a warp's ``mi x ni`` m16n8 accumulator tiles
+    into the row-major ``bn``-column output tile in ``smem`` (accumulator ``a`` of tile
+    ``(i, j)`` holds row ``g`` (+ 8 for ``a >= 2``), column ``2 t`` (+ 1 for odd ``a``));
+    the loops unroll, so ``acc``'s indices stay constant and it stays in registers."""
+
+    @jit(device=True)
+    def stage(smem, acc, wrow, wcol, lane):
+        g = lane >> 2
+        t4 = lane & 3
+        for i in range(mi):
+            for j in range(ni):
+                base = (i * ni + j) * 4
+                row = wrow + i * 16 + g
+                col = wcol + j * 8 + 2 * t4
+                smem[row * bn + col] = acc[base]
+                smem[row * bn + col + 1] = acc[base + 1]
+                smem[(row + 8) * bn + col] = acc[base + 2]
+                smem[(row + 8) * bn + col + 1] = acc[base + 3]
+
+    return stage
+
+
 # --------------------------------------------------------------------------- kernel
 
 
@@ -479,6 +503,7 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
     ACC = MI * NI * 4
     mainloop, _ = mainloop_for(config, a_k_contiguous, b_k_contiguous, even, emulated)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    stage = accumulator_stager(MI, NI, BN)
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
         smem = cuda.shared.array(0, float32)
@@ -501,17 +526,7 @@ def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, 
         mainloop(smem, a, b, offs[bi * OFFS_W], offs[bi * OFFS_W + 1], meta[SAM], meta[SAK], meta[SBK], meta[SBN],
                  m0, n0, m, n, k_begin, k_end, tid, lane, wrow, wcol, acc)
 
-        g = lane >> 2
-        t4 = lane & 3
-        for i in range(MI):  # unrolled: constant accumulator indices
-            for j in range(NI):
-                base = (i * NI + j) * 4
-                row = wrow + i * 16 + g
-                col = wcol + j * 8 + 2 * t4
-                smem[row * BN + col] = acc[base]
-                smem[row * BN + col + 1] = acc[base + 1]
-                smem[(row + 8) * BN + col] = acc[base + 2]
-                smem[(row + 8) * BN + col + 1] = acc[base + 3]
+        stage(smem, acc, wrow, wcol, lane)
         cuda.syncthreads()
         store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
 

@@ -150,8 +150,8 @@ WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned {};"
 
 @functools.lru_cache(maxsize=None)
 def wgmma_ops(n: int):
-    """GPU intrinsics: ``(mma, wait, fence, commit, copy16, copy4, commit_copies, wait_copies,
-    fence_async, shared_address)``.
+    """GPU intrinsics: ``(mma, wait, fence, commit, commit_copies, wait_copies, fence_async,
+    shared_address)`` (the copies: :func:`copy_ops`).
 
     - ``mma(acc, smem, a, b)``: one ``wgmma`` m64n``n``k8 with the A tile at ``smem[a]``
       and the B tile at ``smem[b]`` (atom-aligned K-major swizzled), accumulating into the
@@ -159,8 +159,6 @@ def wgmma_ops(n: int):
     - ``wait(acc, pending)``: ``wgmma.wait_group pending`` (a literal), tied to the
       accumulators so nothing else touches them before the MMAs finish; ``fence()``,
       ``commit()``: ``wgmma.fence`` / ``commit_group``;
-    - ``copy16(dst, i, src, j, ok)`` / ``copy4``: ``cp.async`` of 16 / 4 bytes from
-      ``src[j]`` to the shared ``dst[i]``, zero-filled when ``ok`` is false;
     - ``commit_copies()``, ``wait_copies(pending)`` (``pending`` a literal);
     - ``fence_async()``: ``fence.proxy.async.shared::cta``;
     - ``shared_address(smem)``: the shared-window address of ``smem[0]`` (uint32).
@@ -209,20 +207,6 @@ def wgmma_ops(n: int):
             return context.get_dummy_value()
         return types.void(acc, pending), codegen
 
-    def copier(ptx):
-        @intrinsic
-        def copy(typingctx, dst, i, src, j, ok):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), ptx, "l,l,r,~{memory}",
-                                   side_effect=True)
-                size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
-                                      ir.Constant(i32, 16 if "16" in ptx else 4), ir.Constant(i32, 0))
-                builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
-                                   element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
-                return context.get_dummy_value()
-            return types.void(dst, i, src, j, ok), codegen
-        return copy
-
     @intrinsic
     def wait_copies(typingctx, pending):
         if not isinstance(pending, types.IntegerLiteral):
@@ -242,9 +226,48 @@ def wgmma_ops(n: int):
             return builder.call(asm, [builder.ptrtoint(data, i64)])
         return types.uint32(smem), codegen
 
-    return (mma, wait, ptx_statement(WGMMA_FENCE_PTX), ptx_statement(WGMMA_COMMIT_PTX), copier(CP_ASYNC16_PTX),
-            copier(CP_ASYNC4_PTX), ptx_statement("cp.async.commit_group;"), wait_copies,
-            ptx_statement(FENCE_ASYNC_PTX), shared_address)
+    return (mma, wait, ptx_statement(WGMMA_FENCE_PTX), ptx_statement(WGMMA_COMMIT_PTX),
+            ptx_statement("cp.async.commit_group;"), wait_copies, ptx_statement(FENCE_ASYNC_PTX), shared_address)
+
+
+@functools.lru_cache(maxsize=None)
+def copy_ops(emulated: bool):
+    """``(copy16, copy4)``: ``copy16(dst, i, src, j, ok)`` / ``copy4``: ``cp.async`` of 16 /
+    4 bytes from ``src[j]`` to the shared ``dst[i]``, zero-filled when ``ok`` is false (the
+    simulator copies at once)."""
+    if emulated:
+        @jit(device=True)
+        def copy16(dst, i, src, j, ok):
+            for e in range(4):
+                dst[i + e] = src[j + e] if ok else float32(0)
+
+        @jit(device=True)
+        def copy4(dst, i, src, j, ok):
+            dst[i] = src[j] if ok else float32(0)
+
+        return copy16, copy4
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def copier(ptx):
+        @intrinsic
+        def copy(typingctx, dst, i, src, j, ok):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), ptx, "l,l,r,~{memory}",
+                                   side_effect=True)
+                size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
+                                      ir.Constant(i32, 16 if "16" in ptx else 4), ir.Constant(i32, 0))
+                builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                                   element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
+                return context.get_dummy_value()
+            return types.void(dst, i, src, j, ok), codegen
+        return copy
+
+    return copier(CP_ASYNC16_PTX), copier(CP_ASYNC4_PTX)
 
 
 def _truncate(x):
@@ -261,8 +284,8 @@ def emulated_ops(n: int):
     """The simulator's versions of :func:`wgmma_ops` (same signatures): ``mma`` does this
     thread's share of the warpgroup's m64n``n``k8 with scalar FMAs (accumulator layout of
     the PTX ISA: warp ``w`` of the group owns rows ``16 w ...``, lane ``(g, t)`` rows
-    ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``), copies are
-    immediate, fences and waits do nothing."""
+    ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``); fences and
+    waits do nothing."""
     truncate = jit(device=True)(_truncate)
     COLS = n // 4  # this thread's B columns: 2 per 8
 
@@ -306,15 +329,6 @@ def emulated_ops(n: int):
         pass
 
     @jit(device=True)
-    def copy16(dst, i, src, j, ok):
-        for e in range(4):
-            dst[i + e] = src[j + e] if ok else float32(0)
-
-    @jit(device=True)
-    def copy4(dst, i, src, j, ok):
-        dst[i] = src[j] if ok else float32(0)
-
-    @jit(device=True)
     def wait_copies(pending):
         pass
 
@@ -322,7 +336,7 @@ def emulated_ops(n: int):
     def shared_address(smem):
         return uint32(0)
 
-    return mma, wait, nothing, nothing, copy16, copy4, nothing, wait_copies, nothing, shared_address
+    return mma, wait, nothing, nothing, nothing, wait_copies, nothing, shared_address
 
 
 def ops_for(n: int, emulated: bool):
@@ -396,7 +410,7 @@ def tile_copier(rows: int, k_contiguous: bool, threads: int, even: bool, emulate
     segments per k, and the swizzle spreads the 32 stores over the 32 banks. Per thread
     everything but ``row0``, ``k0`` and ``c`` is fixed, so the addresses are a few adds.
     """
-    copy16, copy4 = ops_for(8, emulated)[4:6]
+    copy16, copy4 = copy_ops(emulated)
     if k_contiguous:
         chunks = rows * (BK // 4)
         per_thread = -(-chunks // threads)
@@ -478,8 +492,7 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     A_STAGE, B_STAGE = BM * BK, BN * BK
     B_RING = S * A_STAGE
     WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
-    (mma, wait, fence, commit, _, _, commit_copies, wait_copies, fence_async,
-     shared_address) = ops_for(BN, emulated)
+    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated)
     copy_a = tile_copier(BM, bool(a_k_contiguous), NT, bool(even), emulated)
     copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
