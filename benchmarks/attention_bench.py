@@ -122,7 +122,7 @@ def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmu
     """Every tactic of the fused op at this shape, launched directly, checked and timed."""
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
     from plugrt.ir.graph import Node
     from plugrt.plugin import TensorInfo
 

@@ -22,7 +22,7 @@ def _layer(batch: int, cin: int, cout: int, size: int, repeats: int, warmup: int
     import torch
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
     from plugrt.onnx.importer import import_model
     from plugrt.registry import default_registry
     from plugrt.testing import single_node_model

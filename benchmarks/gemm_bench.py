@@ -65,7 +65,7 @@ def sgemm_benchmark(n: int = 4096, repeats: int = 20, warmup: int = 3, skip=("di
     import torch
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
 
     flops = 2.0 * n ** 3
     rng = np.random.default_rng(0)

@@ -46,7 +46,7 @@ def resources(n: int = 4096) -> dict:
     from numba import cuda
 
     from gemm_bench import _matmul_tactics
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
 
     report = {}
     with _Variants():

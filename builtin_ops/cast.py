@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt import hookimpl
-from plugrt.kernels import pointwise_tactic
+from plugrt.plugin import pointwise_tactic
 from plugrt.plugin import POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo
 from plugrt_builtin_ops import elementwise_kernels
 from plugrt_builtin_ops.elementwise import BOOL, require_inputs

@@ -144,6 +144,7 @@ _ONE.setflags(write=False)
 
 class Add(ElementwiseOp):
     op_type = "Add"
+    commutative = True
     since_opset = 7
     dtypes = NUMERIC_DTYPES
 
@@ -181,6 +182,7 @@ class Sub(ElementwiseOp):
 
 class Mul(ElementwiseOp):
     op_type = "Mul"
+    commutative = True
     since_opset = 7
     dtypes = NUMERIC_DTYPES
 
@@ -398,6 +400,7 @@ class PredicateOp(ElementwiseOp):
 
 class Equal(PredicateOp):
     op_type = "Equal"
+    commutative = True
     dtypes = ALL_DTYPES
 
     def compute(self, node, a, b):
@@ -436,6 +439,7 @@ class GreaterOrEqual(PredicateOp):
 
 class And(PredicateOp):
     op_type = "And"
+    commutative = True
     dtypes = BOOL_DTYPES
 
     def compute(self, node, a, b):
@@ -444,6 +448,7 @@ class And(PredicateOp):
 
 class Or(PredicateOp):
     op_type = "Or"
+    commutative = True
     dtypes = BOOL_DTYPES
 
     def compute(self, node, a, b):
@@ -452,6 +457,7 @@ class Or(PredicateOp):
 
 class Xor(PredicateOp):
     op_type = "Xor"
+    commutative = True
     dtypes = BOOL_DTYPES
 
     def compute(self, node, a, b):

@@ -8,7 +8,7 @@ import numpy as np
 
 from plugrt.errors import BindingError
 from plugrt.ir.dims import format_shape
-from plugrt.plugin import TensorInfo
+from plugrt.ir.tensor import TensorInfo
 
 
 def check_inputs(expected: Mapping[str, TensorInfo], feeds: Mapping[str, object]) -> dict[str, int]:

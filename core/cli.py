@@ -12,6 +12,7 @@ import sys
 
 from plugrt import API_VERSION, __version__
 from plugrt.errors import PlugrtError
+from plugrt.files import write_atomically
 
 EXIT_USER_ERROR = 2
 EXIT_UNSUPPORTED = 1
@@ -125,6 +126,8 @@ def cmd_plugins(args) -> int:
             print(f"    ops: {ops}")
         if record["passes"]:
             print(f"    passes: {', '.join(record['passes'])}")
+        for provider in record["tactics"]:
+            print(f"    tactics for {_op_label(provider)}: {', '.join(provider['tactic_names'])}")
     for failure in failures:
         print(f"FAILED {failure['name']} ({failure['distribution']} {failure['version']}): {failure['error']}")
     return 0
@@ -263,7 +266,6 @@ def _save_npz(path: str, arrays: dict) -> None:
 
     import numpy as np
 
-    from plugrt.engine.plan_file import write_atomically
 
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -310,8 +312,10 @@ def cmd_inspect(args) -> int:
     print(f"{len(report['layers'])} layers ({len(report['host_nodes'])} nodes computed on the host):")
     for layer in report["layers"]:
         outs = ", ".join(f"{n}{s}" for n, s in layer["outputs"].items())
+        provider = layer.get("tactic_provider")
+        supplier = f"; tactic from {provider['plugin']} ({provider['distribution']})" if provider else ""
         print(f"  {layer['name']:30s} {layer['op']:22s} {layer['tactic']:18s} {layer['precision']:8s} -> {outs}"
-              f"  [{layer['plugin']} ({layer['distribution']})]")
+              f"  [{layer['plugin']} ({layer['distribution']}){supplier}]")
         if len(layer["onnx_nodes"]) > 1:
             print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")
         if layer.get("time_ms") is not None:
@@ -322,7 +326,8 @@ def cmd_inspect(args) -> int:
             print(line)
     print("plugins the plan needs:")
     for entry in report["plugins"]:
-        ops = ", ".join(f"{op} (op version {v})" for op, v in entry["ops"].items())
+        ops = ", ".join([f"{op} (op version {v})" for op, v in entry["ops"].items()] +
+                        [f"tactics for {op} (provider version {v})" for op, v in entry.get("tactics", {}).items()])
         print(f"  {entry['plugin']:30s} {entry['distribution'] or '(no distribution)'} {entry['version'] or ''}: {ops}")
     if report["passes"]:
         print("graph passes (nodes before -> after):")
@@ -337,7 +342,7 @@ def cmd_inspect(args) -> int:
 def cmd_timing_cache_merge(args) -> int:
     import os
 
-    from plugrt.tactics import TimingCache, TimingCacheError
+    from plugrt.tuning import TimingCache, TimingCacheError
 
     merged = TimingCache()
     for path in args.caches:

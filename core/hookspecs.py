@@ -39,3 +39,22 @@ def plugrt_passes():
     :returns: a list of graph passes.
     """
 
+
+# -------------------------------------------------------------------------
+# tactics
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def plugrt_tactics():
+    """Return tactic providers: more ways to run ops that other plugins own.
+
+    Each item is a :class:`plugrt.plugin.TacticProvider` naming the op it serves. The
+    builder offers the owner's tactics and every provider's to the tuner, which verifies
+    them against the owner's and times them; the plan records the provider's plugin,
+    distribution and version, and loading refuses a plan whose provider is missing. A
+    package may provide tactics and no op at all.
+
+    :returns: a list of tactic provider instances.
+    """
+

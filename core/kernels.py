@@ -2,8 +2,9 @@
 
 Built-in and third-party plugins import the same things from here: ``cuda`` (Numba's,
 after plugrt chose GPU or simulator), :func:`jit` (``cuda.jit`` minus the options the
-simulator refuses), launch-geometry helpers, and :func:`pointwise_tactic`, the generator
-that turns a plugin's scalar device function into a broadcasting elementwise kernel.
+simulator refuses), launch-geometry helpers and the epilogue contract of anchors (the
+broadcasting elementwise kernel made from a scalar device function is the fusion code's:
+:func:`plugrt.plugin.pointwise_tactic`).
 The toolkit holds index arithmetic and hardware primitives (16-byte vector access, TF32
 tensor-core instructions) only; the math is always the plugin's.
 """
@@ -19,7 +20,6 @@ from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: `for x in literal_unroll(t)`)
 
 from plugrt.device import simulated
-from plugrt.tactic import Launch, Tactic
 
 #: ``cuda.jit`` options the simulator raises on; :func:`jit` drops them there.
 _GPU_ONLY_OPTIONS = ("lineinfo", "max_registers", "lto", "launch_bounds", "forceinline", "fastmath")
@@ -316,19 +316,14 @@ def no_epilogue(first: int) -> Epilogue:
     return Epilogue(_store_as_is, first, label="")
 
 
-# --------------------------------------------------------------------------- pointwise
-
-
-def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> Tactic:
-    """A tactic that computes ``output = fn(*inputs)`` elementwise with broadcasting.
-
-    :param fn: a ``@jit(device=True)`` scalar function taking one argument per present
-        input (omitted optional inputs, ``None`` in ``inputs``, are skipped). float16
-        inputs arrive widened to float32; the result is cast to the output's dtype.
-    :param inputs: the node's input ``TensorInfo`` (concrete shapes), ``None`` for omitted.
-    :param output: the output ``TensorInfo``.
-    """
-    from plugrt.fusion.codegen import Program, Step, chain_tactic
-
-    step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
-    return chain_tactic(Program(tuple(inputs), (step,), (0,)), [output], name)
+__all__ = [
+    # Numba, as plugrt set it up (GPU or simulator)
+    "cuda", "jit", "literal_unroll", "simulated",
+    # launch geometry and host-side helpers
+    "BLOCK", "MAX_BLOCKS", "SIM_THREADS", "grid_1d", "elementwise_grid", "rows_grid", "flat", "to_device",
+    "aligned", "c_strides", "broadcast_strides",
+    # anchors' epilogues
+    "Epilogue", "no_epilogue",
+    # hardware primitives
+    "vector4", "element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
+]

@@ -22,14 +22,16 @@ Lifecycle of a node, and the plugin methods the core calls on the way:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from plugrt.errors import UnsupportedError
-from plugrt.ir.dims import Dim, format_shape, is_static
+from plugrt.ir import dims
+from plugrt.fusion.codegen import pointwise_tactic
+from plugrt.ir.tensor import TensorInfo
+from plugrt.tactic import Launch, Tactic
 
 if TYPE_CHECKING:
     from plugrt.ir.graph import Node
@@ -55,48 +57,6 @@ INT_DTYPES = frozenset(
 )
 NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
 ALL_DTYPES = NUMERIC_DTYPES | {np.dtype(bool)}
-
-
-@dataclass(frozen=True, eq=False)
-class TensorInfo:
-    """What is known about a tensor before running: dtype, shape and, if constant, value.
-
-    ``shape`` holds ints and symbol names (see :mod:`plugrt.ir.dims`). ``value`` is set
-    when the tensor is a known constant (an initializer, or computed from constants, as
-    shape computations are); shape-computing ops read it, e.g. Reshape's target shape.
-    """
-
-    dtype: np.dtype
-    shape: tuple
-    value: np.ndarray | None = None
-
-    def __post_init__(self):
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        object.__setattr__(self, "shape", tuple(self.shape))
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def is_static(self) -> bool:
-        return is_static(self.shape)
-
-    def with_value(self, value: np.ndarray | None) -> "TensorInfo":
-        return dataclasses.replace(self, value=value)
-
-    def same_type(self, other: "TensorInfo") -> bool:
-        return self.dtype == other.dtype and self.shape == other.shape
-
-    def __repr__(self) -> str:
-        known = ", const" if self.value is not None else ""
-        return f"TensorInfo({self.dtype}, {format_shape(self.shape)}{known})"
-
-    @classmethod
-    def of(cls, array: np.ndarray) -> "TensorInfo":
-        """The info of a concrete array, value included."""
-        array = np.asarray(array)
-        return cls(array.dtype, array.shape, array)
 
 
 @dataclass(frozen=True)
@@ -136,7 +96,9 @@ class OpPlugin:
     - ``groups``: names from this module (``POINTWISE``, ``REDUCTION``, ...) for fusion rules;
     - ``dtypes``: the input dtypes it accepts; the core refuses others before ``check``;
     - ``foldable``: ``False`` for ops whose outputs differ from run to run (random
-      generators); constant folding and value propagation never run their reference.
+      generators); constant folding and value propagation never run their reference;
+    - ``commutative``: its two inputs may be swapped (Add, Mul); pattern rewrites
+      (:mod:`plugrt.passes.pattern`) then match them in either order.
 
     Groups the core's passes read: ``POINTWISE`` (with :meth:`pointwise`: fused into chains
     and epilogues), ``ANCHOR`` (its :meth:`tactics` accept an ``epilogue``).
@@ -153,6 +115,7 @@ class OpPlugin:
     groups: ClassVar[frozenset[str]] = frozenset()
     dtypes: ClassVar[frozenset[np.dtype]] = ALL_DTYPES
     foldable: ClassVar[bool] = True
+    commutative: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- identity
 
@@ -241,8 +204,6 @@ class OpPlugin:
         fn = self.pointwise(node, inputs)
         if fn is None or len(outputs) != 1:
             return []
-        from plugrt.kernels import pointwise_tactic
-
         return [pointwise_tactic(fn, inputs, outputs[0])]
 
     def pointwise(self, node: "Node", inputs: Sequence[TensorInfo | None]):
@@ -361,3 +322,77 @@ class GraphPass:
     run: Any
     priority: int = 100
     description: str = field(default="", compare=False)
+
+
+
+class TacticProvider:
+    """Tactics for an op that another plugin owns, returned from a ``plugrt_tactics`` hook.
+
+    The owner keeps the op (inference, reference, attributes); a provider only adds ways
+    to run it. The builder offers the owner's tactics and every provider's to the tuner,
+    which verifies each against the owner's and times them; plans record which plugin
+    supplied the chosen one. Class attributes:
+
+    - ``op_type``, ``domain``, ``since_opset``, ``until_opset``: the op it serves, as on
+      :class:`OpPlugin`;
+    - ``version``: the provider's own version, recorded in plans (bump it whenever a plan
+      built with the old code would run something else);
+    - ``tactic_names``: the names of the tactics it may offer (``plugrt plugins`` lists
+      them; each name is unique within the provider).
+
+    The registry it is registered in binds itself as ``registry``, so :meth:`owner` finds
+    the owning op plugin of a node (its ``pointwise`` function, say, to wrap in a kernel
+    of the provider's own).
+    """
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+    since_opset: ClassVar[int] = 1
+    until_opset: ClassVar[int | None] = None
+    version: ClassVar[str] = "1.0"
+    tactic_names: ClassVar[tuple[str, ...]] = ()
+    registry: Any = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.op_type)
+
+    def owner(self, node: "Node") -> OpPlugin:
+        """The op plugin that owns ``node`` in the registry this provider serves."""
+        if self.registry is None:
+            raise UnsupportedError(f"{self!r} is not registered in a plugrt registry, so it has no owner op")
+        return self.registry.op(node)
+
+    def serves(self, domain: str, op_type: str, opset: int) -> bool:
+        """Whether this provider has tactics for nodes of ``domain::op_type`` at ``opset``."""
+        default = ("", "ai.onnx")
+        same_domain = self.domain == domain or (self.domain in default and domain in default)
+        return same_domain and self.op_type == op_type and self.since_opset <= opset and (
+            self.until_opset is None or opset <= self.until_opset)
+
+    def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
+                epilogue=None) -> list:
+        """Return this provider's tactics for the node, best first, exactly as the owning
+        :meth:`OpPlugin.tactics` would (same arguments, same contract, an ``epilogue`` for
+        ``ANCHOR`` ops); ``[]`` where it has none."""
+        raise NotImplementedError
+
+    def examples(self) -> "list[Example]":
+        """Return the cases the conformance kit checks these tactics on, as on
+        :meth:`OpPlugin.examples` (``[]``: the owner's examples, which its tactics must
+        then all serve)."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} tactics for {self.domain or 'ai.onnx'}::{self.op_type}>"
+
+
+__all__ = [
+    # the contract
+    "OpPlugin", "Attr", "Example", "Scale", "GraphPass", "TacticProvider", "optional",
+    # the data it speaks in
+    "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "dims",
+    # constants
+    "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
+    "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES", "ALL_DTYPES",
+]

@@ -17,6 +17,7 @@ the core moves past API 1 and is then refused like any plugin outside its range.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -25,9 +26,12 @@ from typing import Any, Iterable
 
 import pluggy
 
-from plugrt import API_VERSION, hookspecs
+from plugrt import API_VERSION, __version__, hookspecs
 from plugrt.errors import PluginError, UnsupportedError
-from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin
+from plugrt.fusion.op import FusionPlugin
+from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin, TacticProvider
+
+log = logging.getLogger("plugrt.registry")
 
 ENTRY_POINT_GROUP = "plugrt.plugins"
 CORE_DISTRIBUTION = "plugrt"
@@ -47,6 +51,8 @@ class PluginRecord:
     module: str
     ops: list[OpPlugin] = field(default_factory=list)
     passes: list[GraphPass] = field(default_factory=list)
+    #: Tactics it contributes to ops other plugins own.
+    providers: list[TacticProvider] = field(default_factory=list)
     #: The plugin API versions it supports, inclusive (:data:`ASSUMED_API` if it states none).
     api: tuple[int, int] = ASSUMED_API
     #: Whether the plugin stated ``PLUGRT_API`` itself.
@@ -62,7 +68,13 @@ class PluginRecord:
             "api_stated": self.api_stated,
             "ops": [op_json(op) for op in self.ops],
             "passes": [p.name for p in self.passes],
+            "tactics": [provider_json(p) for p in self.providers],
         }
+
+    def source(self, provider: TacticProvider) -> dict:
+        """What a contributed tactic carries (``Tactic.source``) and a plan records."""
+        return {"plugin": self.name, "distribution": self.distribution, "version": self.version,
+                "provider_version": provider.version}
 
 
 @dataclass
@@ -85,6 +97,17 @@ def op_json(op: OpPlugin) -> dict:
     }
 
 
+def provider_json(provider: TacticProvider) -> dict:
+    return {
+        "domain": provider.domain,
+        "op_type": provider.op_type,
+        "since_opset": provider.since_opset,
+        "until_opset": provider.until_opset,
+        "version": provider.version,
+        "tactic_names": list(provider.tactic_names),
+    }
+
+
 class Registry:
     """Plugins and their ops. ``Registry.load()`` builds the standard one."""
 
@@ -101,9 +124,6 @@ class Registry:
 
     def _register_core(self) -> None:
         """The core's own op: the fused layers its passes make (no op math; see plugrt.fusion)."""
-        from plugrt import __version__
-        from plugrt.fusion.op import FusionPlugin
-
         try:
             version = metadata.version(CORE_DISTRIBUTION)
         except metadata.PackageNotFoundError:
@@ -167,8 +187,10 @@ class Registry:
         try:
             record.ops = self._collect(plugin, "plugrt_ops", name)
             record.passes = self._collect(plugin, "plugrt_passes", name)
+            record.providers = self._collect(plugin, "plugrt_tactics", name)
             for op in record.ops:
                 self._validate_op(op, name)
+            self._validate_providers(record)
             self._index_ops(record)
         except PluginError:
             self._unregister(plugin)
@@ -213,6 +235,26 @@ class Registry:
         for method in ("infer", "reference"):
             if getattr(type(op), method) is getattr(OpPlugin, method):
                 raise PluginError(f"{label}: {type(op).__name__} does not implement {method}()")
+
+    def _validate_providers(self, record: PluginRecord) -> None:
+        seen = set()
+        for provider in record.providers:
+            if not isinstance(provider, TacticProvider):
+                raise PluginError(f"plugin {record.name!r}: plugrt_tactics returned {provider!r}, which is not a "
+                                  "TacticProvider instance")
+            label = f"plugin {record.name!r} tactics for {provider.domain or 'ai.onnx'}::{provider.op_type or '?'}"
+            if not provider.op_type or not isinstance(provider.op_type, str):
+                raise PluginError(f"plugin {record.name!r}: {type(provider).__name__} names no op_type")
+            if type(provider).tactics is TacticProvider.tactics:
+                raise PluginError(f"{label}: {type(provider).__name__} does not implement tactics()")
+            names = provider.tactic_names
+            if isinstance(names, str) or not names or not all(isinstance(n, str) and n for n in names) \
+                    or len(set(names)) != len(names):
+                raise PluginError(f"{label}: tactic_names must be a non-empty tuple of distinct names, got {names!r}")
+            if (_canonical(provider.domain), provider.op_type) in seen:
+                raise PluginError(f"{label}: the plugin has two providers for this op; offer every tactic from one")
+            seen.add((_canonical(provider.domain), provider.op_type))
+            provider.registry = self
 
     def _index_ops(self, record: PluginRecord) -> None:
         new: dict[tuple[str, str], list] = {}
@@ -261,6 +303,29 @@ class Registry:
     def op_types(self, domain: str = "") -> set[str]:
         return {op.op_type for op in self.ops() if op.domain == _canonical(domain)}
 
+    def providers(self, node) -> list[tuple[PluginRecord, TacticProvider]]:
+        """The contributed tactic providers that serve ``node``, by plugin name."""
+        return [(record, provider) for record in sorted(self.plugins.values(), key=lambda r: r.name)
+                for provider in record.providers if provider.serves(node.domain, node.op_type, node.opset)]
+
+    def tactics(self, op: OpPlugin, node, inputs, outputs, epilogue=None) -> list:
+        """Every candidate tactic for ``node``: its owner ``op``'s, in the owner's order, then
+        each provider's (stamped with their ``source``). An epilogue goes to every one of them
+        (only ``ANCHOR`` ops get one). A provider that raises is left out, with a warning:
+        a contribution must not break a build the owner can do."""
+        extra = {} if epilogue is None else {"epilogue": epilogue}
+        found = list(op.tactics(node, inputs, outputs, **extra))
+        for record, provider in self.providers(node):
+            try:
+                offered = list(provider.tactics(node, inputs, outputs, **extra))
+            except Exception as exc:
+                log.warning("%s: the tactics plugin %r contributes raised %s: %s; its tactics are left out",
+                            node.describe(), record.name, type(exc).__name__, exc)
+                continue
+            source = record.source(provider)
+            found += [tactic.from_source(source) for tactic in offered]
+        return found
+
     def passes(self) -> list[tuple[str, GraphPass]]:
         found = [(record.name, p) for record in self.plugins.values() for p in record.passes]
         return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
@@ -273,8 +338,6 @@ def plugin_api(plugin, name: str, distribution: str | None = None,
     :raises PluginError: when ``PLUGRT_API`` is malformed, or the range leaves out this
         core's :data:`plugrt.API_VERSION`; the message says which side to upgrade.
     """
-    from plugrt import __version__
-
     stated = getattr(plugin, "PLUGRT_API", None)
     who = f"plugin {name!r} ({_label(distribution, version)})"
     if stated is None:

@@ -14,11 +14,16 @@ contents of the input tensors; any auxiliary device arrays it needs (index table
 shapes) are made in ``launches`` and stay alive as arguments of the launches.
 
 The plan file records ``name`` and ``params``; loading asks the plugin for its tactics
-again and takes the one with the same name and parameters.
+again and takes the one with the same name and parameters. A tactic that another plugin
+contributed (a :class:`~plugrt.plugin.TacticProvider`) carries its ``source``, stamped by
+the core, and its identity names that plugin too.
+
+Whether TF32 tactics may run is decided here, once (:func:`allowed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,7 +65,38 @@ class Tactic:
     params: Mapping[str, Any] = field(default_factory=dict)
     workspace_bytes: int = 0
     math: str = ""
+    #: Set by the core on a tactic a plugin contributed to another plugin's op:
+    #: ``{"plugin", "distribution", "version", "provider_version"}``; ``None`` for the owner's.
+    source: Mapping[str, Any] | None = None
+
+    @property
+    def provider(self) -> str | None:
+        """The plugin that contributed this tactic, or ``None`` for the op owner's own."""
+        return self.source["plugin"] if self.source else None
 
     def identity(self) -> dict:
-        """What a plan records to find this tactic again."""
-        return {"name": self.name, "params": dict(self.params)}
+        """What a plan records to find this tactic again (and who supplied it, if not the owner)."""
+        found = {"name": self.name, "params": dict(self.params)}
+        if self.source:
+            found["provider"] = self.source["plugin"]
+        return found
+
+    def from_source(self, source: Mapping[str, Any]) -> "Tactic":
+        """This tactic, stamped as contributed by ``source``."""
+        return dataclasses.replace(self, source=dict(source))
+
+
+#: ``Tactic.math`` of float32 tactics on TF32 tensor cores.
+TF32 = "tf32"
+#: Every ``Tactic.math`` value the core knows.
+MATH_KINDS = ("", TF32)
+
+
+def uses_tf32(tactic) -> bool:
+    return getattr(tactic, "math", "") == TF32
+
+
+def allowed(tactics, tf32: bool) -> list:
+    """``tactics`` in order, less those on TF32 tensor cores when ``tf32`` is off
+    (``BuilderConfig.tf32``, ``--no-tf32``): the one place that decides it."""
+    return [t for t in tactics if tf32 or not uses_tf32(t)]

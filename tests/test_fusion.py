@@ -227,7 +227,7 @@ def test_chain_kernel_unrolled_and_tail_trips(size, unroll, registry, rng):
     from plugrt.plugin import TensorInfo
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
 
     f32 = np.float32
     x, b = rng.standard_normal(size).astype(f32), rng.standard_normal(size).astype(f32)
@@ -255,7 +255,7 @@ def test_vector_chain_kernel_whole_vectors_and_tail(size, unroll, registry, rng)
     output makes it launch the scalar kernel instead."""
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
     from plugrt.fusion.codegen import Program, Step, chain_tactics
     from plugrt.ir.graph import Node
     from plugrt.plugin import TensorInfo

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from plugrt.engine.launcher import PreparedLaunch
+from plugrt.launcher import PreparedLaunch
 from plugrt.kernels import Epilogue, jit, no_epilogue
 from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor

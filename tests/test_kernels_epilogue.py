@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32, int64
 
-from plugrt.engine.launcher import PreparedLaunch
+from plugrt.launcher import PreparedLaunch
 from plugrt.kernels import Epilogue, broadcast_strides, c_strides, jit
 from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor

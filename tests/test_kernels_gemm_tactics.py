@@ -213,7 +213,7 @@ def test_tf32_pipelined_falls_back_on_misaligned_operands(rng):
     """Operand arrays 4 bytes off a 16-byte boundary: the same tile staged through registers."""
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
 
     a, b = rand(rng, (16, 16)), rand(rng, (16, 8))
     meta, offs = matmul_kernels.product_plan(a.shape, b.shape)

@@ -150,7 +150,7 @@ def test_misaligned_operands_fall_back(rng):
     """A K-contiguous operand array 4 bytes off a 16-byte boundary: the fallback tactic runs."""
     from numba import cuda
 
-    from plugrt.engine.launcher import PreparedLaunch
+    from plugrt.launcher import PreparedLaunch
 
     a, b = rand(rng, (64, 16)), rand(rng, (16, 8))
     meta, offs = matmul_kernels.product_plan(a.shape, b.shape)

@@ -96,7 +96,7 @@ def test_fold_constants_keeps_scalar_constants_scalar(rng):
     before = len(graph.nodes)
     fold_constants.run(graph, Registry.load())
     assert graph.values["i0"].const.shape == () and len(graph.nodes) == before - 2
-    from plugrt.engine.specialize import concretize
+    from plugrt.ir.specialize import concretize
 
     concrete = concretize(graph, {"x": (5, 4, 3)}, Registry.load())
     assert concrete.info("y").shape == (5, 2, 6)

@@ -268,14 +268,14 @@ def test_matcher_commutes_binds_and_requires_closure(registry):
     graph = import_model(b.model(y, square), registry=registry)
     pattern = P.op("Add", P.op("Mul", P.capture("a"), P.capture("a"), name="sq"), P.const("one", P.close_to(1.0)))
     root = graph.nodes[-1]
-    matcher = P.Matcher(graph)
+    matcher = P.Matcher(graph, registry)
     assert matcher.match(pattern, root) is None  # the square is a graph output too
     graph.outputs.remove(square)
-    match = P.Matcher(graph).match(pattern, root)
+    match = P.Matcher(graph, registry).match(pattern, root)
     assert match.values["a"] == "x" and match.node("sq").op_type == "Mul" and float(match.const("one")) == 1.0
     assert [n.op_type for n in match.nodes] == ["Add", "Mul"]
     different = P.op("Add", P.op("Mul", P.capture("a"), P.const("a")), P.capture("b"))
-    assert P.Matcher(graph).match(different, root) is None
+    assert P.Matcher(graph, registry).match(different, root) is None
 
 
 # ---------------------------------------------------------------- the whole pipeline

@@ -31,9 +31,9 @@ from plugrt.kernels import cuda, jit
 from plugrt.plugin import OpPlugin, TensorInfo
 from plugrt.registry import Registry
 from plugrt.tactic import Launch, Tactic
-from plugrt.tactics import PLAUSIBLE_TACTICS, TACTICS_BY_LEVEL, TimingCache, TimingCacheError, Tuner, layer_key, tactic_key
-from plugrt.tactics.timing import verify
-from plugrt.tactics.timing_cache import FAILED
+from plugrt.tuning import PLAUSIBLE_TACTICS, TACTICS_BY_LEVEL, TimingCache, TimingCacheError, Tuner, layer_key, tactic_key
+from plugrt.tuning.timing import verify
+from plugrt.tuning.timing_cache import FAILED
 
 DOMAIN = "com.test.tuning"
 
@@ -138,7 +138,7 @@ def chosen(engine, layer=0):
 def test_picks_the_fastest_verified_tactic_and_records_times(caplog):
     variants = [_variant("a", 3.0), _variant("b", 1.0), _variant("wrong", 0.5, "wrong"), _variant("c", 2.0)]
     clock = Clock(variants)
-    with caplog.at_level(logging.WARNING, logger="plugrt.tactics"):
+    with caplog.at_level(logging.WARNING, logger="plugrt.tuning"):
         engine = build(variants, clock, optimization_level=4)  # times up to 6
     assert chosen(engine) == "b"
     assert sorted(clock.calls) == ["a", "b", "c"]  # the wrong one is never timed

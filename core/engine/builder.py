@@ -3,7 +3,7 @@
 Steps: import, optimize the graph (:mod:`plugrt.passes`: folding, cleanup, fusion),
 resolve the optimization profile, infer concrete shapes at the profile's
 opt and max shapes, choose a tactic for every device layer at opt shapes
-(:class:`plugrt.tactics.Tuner`: the plugin's preference order, or timing on the GPU with
+(:class:`plugrt.tuning.Tuner`: the plugin's preference order, or timing on the GPU with
 a timing cache, by ``BuilderConfig.optimization_level``), and plan activation memory for
 the max shapes by liveness.
 """
@@ -17,12 +17,12 @@ import numpy as np
 from plugrt.engine.engine import Engine, LayerRecord
 from plugrt.engine.memory import plan_memory
 from plugrt.engine.profile import BuilderConfig, OptimizationProfile
-from plugrt.engine.specialize import concretize, is_host_node
+from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph
-from plugrt.tactics.timing_cache import TimingCache
-from plugrt.tactics.tuner import Tuner
+from plugrt.tuning.timing_cache import TimingCache
+from plugrt.tuning.tuner import Tuner
 
 log = logging.getLogger("plugrt.builder")
 
@@ -31,7 +31,7 @@ class Builder:
     """Builds engines with the plugins of ``registry`` (the installed ones by default).
 
     ``measure`` replaces the CUDA-event timer of the tactic tuner (``measure(run) ->
-    milliseconds``, see :class:`plugrt.tactics.Tuner`); given one, tactics are verified
+    milliseconds``, see :class:`plugrt.tuning.Tuner`); given one, tactics are verified
     and timed even in the CUDA simulator (tests do this).
     """
 
@@ -85,6 +85,12 @@ class Builder:
                       shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
                       passes=[result.as_json() for result in passes])
 
+    def _tactics(self, op, node, graph: Graph) -> list:
+        """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""
+        ins = [graph.info(name) if name else None for name in node.inputs]
+        outs = [graph.info(name) for name in node.outputs if name]
+        return self.registry.tactics(op, node, ins, outs)
+
     def _choose_tactics(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner) -> list[LayerRecord]:
         """Every device layer's candidates first (all problems reported at once), then the
         tuner's choice for each, at opt shapes."""
@@ -102,8 +108,8 @@ class Builder:
                 continue
             pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[index]) else max_graph
             try:
-                candidates = _tactics(op, node, pick)
-                at_max = _tactics(op, node, max_graph) if pick is not max_graph else candidates
+                candidates = self._tactics(op, node, pick)
+                at_max = self._tactics(op, node, max_graph) if pick is not max_graph else candidates
             except PlugrtError as exc:
                 problems.append(str(exc))
                 continue
@@ -125,10 +131,11 @@ class Builder:
             owner = self.registry.owner(op)
             choice = tuner.choose(node, pick, op, owner, candidates, (position, len(found)))
             chosen = choice.tactic
-            same = [t for t in at_max if t.name == chosen.name] or at_max
+            same = [t for t in at_max if (t.name, t.provider) == (chosen.name, chosen.provider)] or at_max
             workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
             layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
-                                      owner.version, op.version, choice.time_ms, choice.runner_up))
+                                      owner.version, op.version, choice.time_ms, choice.runner_up,
+                                      dict(chosen.source) if chosen.source else None))
         return layers
 
 
@@ -162,12 +169,6 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
         raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
                           f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
     return profile
-
-
-def _tactics(op, node, graph: Graph) -> list:
-    ins = [graph.info(name) if name else None for name in node.inputs]
-    outs = [graph.info(name) for name in node.outputs if name]
-    return list(op.tactics(node, ins, outs))
 
 
 def _describe(graph: Graph, node) -> str:

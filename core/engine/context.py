@@ -3,7 +3,7 @@
 A context specializes the engine for each set of input shapes it sees (within the
 profile): it infers concrete shapes (shape computations run on the host there), binds
 every tensor to a view into the arena, asks each layer's tactic for its launches and
-prebuilds them (:mod:`plugrt.engine.launcher`). ``execute`` then copies the inputs in,
+prebuilds them (:mod:`plugrt.launcher`). ``execute`` then copies the inputs in,
 replays the launches and copies the outputs out. Several contexts of one engine share
 its weights and run concurrently on their own streams.
 """
@@ -16,8 +16,8 @@ from typing import Mapping
 import numpy as np
 
 from plugrt.bindings import check_inputs
-from plugrt.engine.launcher import PreparedLaunch
-from plugrt.engine.specialize import concretize, is_host_node
+from plugrt.launcher import PreparedLaunch
+from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import BindingError, PlugrtError
 
 
@@ -150,7 +150,7 @@ class Specialization:
             outs = [self._view(context, name) if name else None for name in node.outputs]
             if all(o is None or o.size == 0 for o in outs):
                 continue
-            tactic = _find_tactic(engine.registry.op(node), node, graph, layer.tactic)
+            tactic = _find_tactic(engine.registry, node, graph, layer.tactic)
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
                 launches = [PreparedLaunch(launch) for launch in tactic.launches(ins, outs, workspace)]
@@ -228,11 +228,14 @@ def _host(value) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else value.copy_to_host()
 
 
-def _find_tactic(op, node, graph, identity: dict):
-    """The tactic a plan recorded, made again for these concrete shapes."""
+def _find_tactic(registry, node, graph, identity: dict):
+    """The tactic a plan recorded (the owner's, or the contributing plugin's it names), made
+    again for these concrete shapes."""
+    op = registry.op(node)
     ins = [graph.info(name) if name else None for name in node.inputs]
     outs = [graph.info(name) for name in node.outputs if name]
-    tactics = list(op.tactics(node, ins, outs))
+    offered = registry.tactics(op, node, ins, outs)
+    tactics = [t for t in offered if t.provider == identity.get("provider")] or offered
     named = [t for t in tactics if t.name == identity["name"]]
     exact = [t for t in named if dict(t.params) == identity["params"]]
     chosen = (exact or named or tactics or [None])[0]

@@ -56,6 +56,9 @@ class LayerRecord:
     time_ms: float | None = None
     #: The second fastest verified tactic when timed: ``{"name", "params", "time_ms"}``.
     runner_up: dict | None = None
+    #: Who contributed the tactic when not the op's own plugin (``Tactic.source``:
+    #: ``{"plugin", "distribution", "version", "provider_version"}``).
+    tactic_provider: dict | None = None
 
 
 class Engine:
@@ -182,6 +185,7 @@ class Engine:
                 "precision": str(self.graph.info(outs[0]).dtype) if outs else "",
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
                 "time_ms": layer.time_ms, "runner_up": layer.runner_up,
+                "tactic_provider": layer.tactic_provider,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),
@@ -216,6 +220,12 @@ class Engine:
         for layer in self.layers:
             node = self.graph.nodes[layer.node_index]
             note(layer.plugin, layer.distribution, layer.distribution_version, node, layer.op_version)
+            if layer.tactic_provider:
+                source = layer.tactic_provider
+                entry = found.setdefault(source["plugin"], {"plugin": source["plugin"],
+                                                            "distribution": source.get("distribution"),
+                                                            "version": source.get("version"), "ops": {}})
+                entry.setdefault("tactics", {})[node.qualified_op] = source.get("provider_version")
             if is_fused(node):
                 for part, entry in zip(body_nodes(node), node.attrs["body"]):
                     note(entry.get("plugin"), entry.get("distribution"), entry.get("version"), part,
@@ -240,6 +250,8 @@ def _check_plugins(graph, layers: list[LayerRecord], registry, label: str) -> No
             needs += [(part, entry.get("plugin"), entry.get("distribution"), entry.get("version"),
                        entry.get("op_version")) for part, entry in zip(body_nodes(node), node.attrs["body"])]
         problems += [p for need in needs if (p := _plugin_problem(registry, *need))]
+        if layer.tactic_provider:
+            problems += [p for p in [_provider_problem(registry, node, layer)] if p]
     if problems:
         raise PlanError(f"plan {label} cannot be loaded:\n  " + "\n  ".join(problems))
 
@@ -265,6 +277,28 @@ def _plugin_problem(registry, node, plugin, distribution, version, op_version) -
     if owner.version != version:
         log.warning("%s was built with %s %s; running it with %s %s (a patch release, same op version %s)",
                     node.describe(), dist, version, dist, owner.version, op.version)
+    return None
+
+
+def _provider_problem(registry, node, layer: LayerRecord) -> str | None:
+    """Why the plugin that contributed a layer's tactic cannot run it again, or ``None``."""
+    source = layer.tactic_provider
+    plugin, distribution, version = source.get("plugin"), source.get("distribution"), source.get("version")
+    tactic = f"{node.describe()} runs tactic {layer.tactic.get('name')!r} contributed by plugin {plugin!r}"
+    install = f"pip install {distribution}=={version}" if distribution and version else \
+        f"pip install {distribution}" if distribution else f"register plugin {plugin!r} in this registry"
+    record = registry.plugins.get(plugin)
+    provider = next((p for p in record.providers if p.serves(node.domain, node.op_type, node.opset)),
+                    None) if record is not None else None
+    if provider is None:
+        return (f"{tactic} ({distribution or '(no distribution)'} {version}), which is not installed: {install}, "
+                "or rebuild the plan without it")
+    why = _incompatibility(distribution, version, source.get("provider_version"), record.distribution,
+                           record.version, provider.version)
+    if why:
+        return (f"{tactic} ({distribution} {version}, provider version {source.get('provider_version')}), but "
+                f"{record.distribution} {record.version} (provider version {provider.version}) is installed, and "
+                f"{why}: {install}, or rebuild the plan")
     return None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from plugrt.errors import PlanError
 from plugrt.ir.graph import Graph, Node
-from plugrt.plugin import TensorInfo
+from plugrt.ir.tensor import TensorInfo
 
 _ARRAY_KEY = "__array__"
 

@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from typing import Mapping
 
 import numpy as np
 
 from plugrt.errors import PlanError
+from plugrt.files import write_atomically
 
 MAGIC = b"PLUGRTPL"
 FORMAT_VERSION = 1
@@ -88,23 +88,6 @@ def decode_plan(data: bytes, label: str = "<bytes>") -> tuple[dict, dict[str, np
 def write_plan(path: str, header: Mapping, arrays: Mapping[str, np.ndarray]) -> None:
     """Write a plan file atomically: readers see the old file or the whole new one."""
     write_atomically(path, encode_plan(header, arrays))
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
-    so nothing half-written is ever left at ``path`` (plan files, timing caches, outputs)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".plugrt-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read_plan(path: str) -> tuple[dict, dict[str, np.ndarray]]:

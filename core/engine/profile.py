@@ -71,7 +71,7 @@ class BuilderConfig:
     """What the builder may do: profiles (one for now), a workspace limit, which graph
     passes run (``fusion=False`` keeps every op its own layer; ``disabled_passes`` names
     passes to skip, see :mod:`plugrt.passes`), and how tactics are chosen
-    (:mod:`plugrt.tactics.tuner`)."""
+    (:mod:`plugrt.tuning.tuner`)."""
 
     profiles: list[OptimizationProfile] = field(default_factory=list)
     max_workspace_bytes: int = 1 << 30

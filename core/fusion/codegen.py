@@ -256,3 +256,16 @@ def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str 
     lines += [f"    return t{program.results[0]}"]
     fn = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "epilogue", device=True)
     return Epilogue(fn, first, _table(program, kinds, out_shape), label)
+
+
+def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> Tactic:
+    """A tactic that computes ``output = fn(*inputs)`` elementwise with broadcasting.
+
+    :param fn: a ``@jit(device=True)`` scalar function taking one argument per present
+        input (omitted optional inputs, ``None`` in ``inputs``, are skipped). float16
+        inputs arrive widened to float32; the result is cast to the output's dtype.
+    :param inputs: the node's input ``TensorInfo`` (concrete shapes), ``None`` for omitted.
+    :param output: the output ``TensorInfo``.
+    """
+    step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
+    return chain_tactic(Program(tuple(inputs), (step,), (0,)), [output], name)

@@ -23,7 +23,7 @@ from plugrt import API_VERSION, hookimpl
 from plugrt.errors import UnsupportedError
 from plugrt.fusion import codegen
 from plugrt.fusion.codegen import Program, Step
-from plugrt.ir.graph import Node
+from plugrt.ir.graph import Node, origin_of
 from plugrt.plugin import ANCHOR, POINTWISE, REQUIRED, VARIADIC, Attr, OpPlugin
 
 FUSED_DOMAIN = "plugrt.fused"
@@ -48,8 +48,6 @@ def body_nodes(node: Node) -> list[Node]:
 
 def fused_node(name: str, members: Sequence[Node], inputs: Sequence[str], outputs: Sequence[str], registry) -> Node:
     """The node standing for ``members`` (in order: an anchor first, if any)."""
-    from plugrt.passes.rewrite import origin_of
-
     return Node(name, FUSED_OP, FUSED_DOMAIN, tuple(inputs), tuple(outputs),
                 {"body": [body_entry(m, registry) for m in members]}, 1, origin_of(members))
 
@@ -103,7 +101,7 @@ class FusedOp(OpPlugin):
             out = infos[anchor.outputs[0]]
             _same_shapes(node, [out] + list(outputs))
             fused = codegen.epilogue(program, out.shape, count, label(node))
-            return list(first.tactics(anchor, list(inputs[:count]), [out], epilogue=fused))
+            return self.registry.tactics(first, anchor, list(inputs[:count]), [out], epilogue=fused)
         _same_shapes(node, outputs)
         program = self._program(body, node.inputs, inputs, infos, None, node.outputs)
         return codegen.chain_tactics(program, outputs, "fused_pointwise")

@@ -2,7 +2,7 @@
 
 A :class:`Node` is small and immutable by convention: op identity, input and output value
 names, resolved attributes. A :class:`Value` is a named tensor with its
-:class:`~plugrt.plugin.TensorInfo` once inferred, and its data if it is a constant
+:class:`~plugrt.ir.tensor.TensorInfo` once inferred, and its data if it is a constant
 (initializer). The :class:`Graph` owns both, in topological node order.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from plugrt.errors import ModelError
-from plugrt.plugin import TensorInfo
+from plugrt.ir.tensor import TensorInfo
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +41,15 @@ class Node:
 
     def replace(self, **changes) -> "Node":
         return dataclasses.replace(self, **changes)
+
+
+def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:
+    """The ONNX node names a set of nodes stands for, in order, without repeats."""
+    seen: dict[str, None] = {}
+    for node in nodes:
+        for name in node.origin or (node.name,):
+            seen.setdefault(name, None)
+    return tuple(seen)
 
 
 @dataclass(eq=False)

@@ -14,7 +14,8 @@ import numpy as np
 from plugrt.errors import ModelError, PlugrtError, ShapeError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph, Node
-from plugrt.plugin import VARIADIC, TensorInfo
+from plugrt.ir.tensor import TensorInfo
+from plugrt.plugin import VARIADIC
 
 #: Largest number of elements, inputs and outputs together, computed at inference time.
 VALUE_PROPAGATION_LIMIT = 1 << 16

@@ -18,7 +18,8 @@ from plugrt.errors import ModelError, PlugrtError, UnsupportedError
 from plugrt.ir.graph import Graph, Node, Value
 from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
-from plugrt.plugin import REQUIRED, OpPlugin, TensorInfo
+from plugrt.ir.tensor import TensorInfo
+from plugrt.plugin import OpPlugin
 
 _ATTRIBUTE_KINDS = {
     onnx.AttributeProto.FLOAT: "float",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.ir.graph import Graph, Node
-from plugrt.passes.rewrite import finish, origin_of, remove_nodes, replace_node, replace_value
+from plugrt.ir.graph import Graph, Node, origin_of
+from plugrt.passes.rewrite import finish, remove_nodes, replace_node, replace_value
 
 #: Initializers of at most this many elements are compared for merging (bigger weights
 #: are rarely duplicated, and comparing them costs a hash of every byte).

@@ -8,7 +8,8 @@ node through producers (tinygrad's ``UPat``, over ONNX nodes)::
     gelu = op("Mul", op("Mul", x, half), op("Add", ...))
     scaled = either(op("Div", x, root2), op("Mul", x, inv_root2))   # alternatives
 
-Add and Mul match their inputs in either order. Naming an op pattern (``name="d"``)
+An op whose plugin says it is ``commutative`` (Add, Mul, ...) matches its two inputs in
+either order. Naming an op pattern (``name="d"``)
 binds its output, so a value read twice (``op("Mul", d, d)``) is written twice. A match
 covers a closed subgraph: every matched value but the root's is read only by matched
 nodes and is no graph output, so removing the nodes loses nothing.
@@ -26,12 +27,8 @@ from typing import Callable, Iterator, Mapping
 import numpy as np
 
 from plugrt.errors import PlugrtError
-from plugrt.ir.graph import Graph, Node
+from plugrt.ir.graph import Graph, Node, origin_of
 from plugrt.passes import rewrite
-
-#: Op types whose two inputs match in either order.
-COMMUTATIVE = frozenset({"Add", "Mul"})
-
 
 @dataclass(frozen=True)
 class Pattern:
@@ -44,15 +41,16 @@ class Pattern:
     attrs: Mapping[str, object] = field(default_factory=dict)
     where: Callable[[np.ndarray], bool] | None = None
     alternatives: tuple["Pattern", ...] = ()
-    commutative: bool = False
+    #: Whether the two inputs match in either order; ``None``: as the op's plugin says.
+    commutative: bool | None = None
     domain: str = ""
 
 
 def op(op_type: str, *inputs: Pattern, name: str | None = None, attrs: Mapping | None = None,
        commutative: bool | None = None, domain: str = "") -> Pattern:
     """A node of ``domain::op_type`` whose inputs match ``inputs`` (exactly that many) and
-    whose attributes equal ``attrs``. Add and Mul are commutative unless told otherwise."""
-    commutative = (op_type in COMMUTATIVE and not domain) if commutative is None else commutative
+    whose attributes equal ``attrs``. Its two inputs match in either order when ``commutative``
+    says so, or (``None``) when the op's plugin is :attr:`~plugrt.plugin.OpPlugin.commutative`."""
     return Pattern(op_type, tuple(inputs), name, dict(attrs or {}), commutative=commutative, domain=domain)
 
 
@@ -137,14 +135,16 @@ class Match:
         ONNX node, producing the root's outputs; ``None`` if no plugin has the op."""
         name = rewrite.fresh_name(self.graph, f"{self.root.name}/{op_type}")
         return rewrite.make_node(self.graph, registry, op_type, inputs, self.root.outputs, attrs, opset=opset,
-                                 domain=domain, name=name, origin=rewrite.origin_of(self.nodes))
+                                 domain=domain, name=name, origin=origin_of(self.nodes))
 
 
 class Matcher:
-    """Matches patterns against one state of a graph (rebuild it after editing)."""
+    """Matches patterns against one state of a graph (rebuild it after editing). The
+    ``registry`` says which ops are commutative (without one, only patterns that say so)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, registry=None):
         self.graph = graph
+        self.registry = registry
         self.producers = graph.producers()
         self.consumers = graph.consumers()
 
@@ -194,10 +194,16 @@ class Matcher:
         if not any(n is node for n in nodes):  # a node reached twice is one node
             nodes = nodes + [node]
         orders = [pattern.inputs]
-        if pattern.commutative and len(pattern.inputs) == 2:
+        if len(pattern.inputs) == 2 and self._commutative(pattern, node):
             orders.append(pattern.inputs[::-1])
         for order in orders:
             yield from self._match_inputs(order, node.inputs, nodes, values)
+
+    def _commutative(self, pattern: Pattern, node: Node) -> bool:
+        if pattern.commutative is not None:
+            return pattern.commutative
+        op = self.registry.find_op(node.domain, node.op_type, node.opset) if self.registry is not None else None
+        return bool(getattr(op, "commutative", False))
 
     def _match_inputs(self, patterns, names, nodes, values) -> Iterator[tuple[list, dict]]:
         if not patterns:
@@ -220,7 +226,7 @@ def rewrite_matches(graph: Graph, registry, rules: list[Rule]) -> int:
     """Replace every match of ``rules`` (tried in order at each root, roots from the graph's
     end so the widest pattern claims its nodes first); return the number of rewrites."""
     count = 0
-    matcher = Matcher(graph)
+    matcher = Matcher(graph, registry)
     removed: set[int] = set()
     for root in reversed(list(graph.nodes)):
         if id(root) in removed:
@@ -238,9 +244,24 @@ def rewrite_matches(graph: Graph, registry, rules: list[Rule]) -> int:
             for name in replacement.outputs:
                 graph.values[name].info = None  # inferred again by finish()
             removed.update(id(n) for n in found.nodes)
-            matcher = Matcher(graph)
+            matcher = Matcher(graph, registry)
             count += 1
             break
     if count:
         rewrite.finish(graph, registry)
     return count
+
+
+# The graph edits a rewrite may need beyond Match.fused, public here with the patterns.
+from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fresh_name, make_node,  # noqa: E402
+                                   remove_nodes, replace_node, replace_value, shape_facts)
+
+__all__ = [
+    # patterns
+    "Pattern", "op", "capture", "const", "either", "close_to", "is_scalar",
+    # matching and rewriting
+    "Match", "Matcher", "Rule", "rewrite_matches", "constant_value", "reduce_axes",
+    # graph edits
+    "add_constant", "extra_outputs_used", "finish", "fresh_name", "make_node", "origin_of", "remove_nodes",
+    "replace_node", "replace_value", "shape_facts",
+]

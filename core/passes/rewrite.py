@@ -90,15 +90,6 @@ def remove_nodes(graph: Graph, nodes: Iterable[Node]) -> None:
         graph.values.pop(name, None)
 
 
-def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:
-    """The ONNX node names a set of nodes stands for, in order, without repeats."""
-    seen: dict[str, None] = {}
-    for node in nodes:
-        for name in node.origin or (node.name,):
-            seen.setdefault(name, None)
-    return tuple(seen)
-
-
 def finish(graph: Graph, registry) -> None:
     """Restore topological order, infer types of values that lack them, and validate."""
     graph.toposort()
@@ -137,7 +128,7 @@ def shape_facts(graph: Graph, registry):
     compare by value there. A kernel relying on such a fact re-checks it at its concrete
     shapes.
     """
-    from plugrt.engine.specialize import concretize
+    from plugrt.ir.specialize import concretize
 
     samples = [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
     if not samples:

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Iterable
 
 from plugrt import hookimpl
+from plugrt.device import describe
 from plugrt.errors import PlugrtError
-from plugrt.plugin import Example, OpPlugin
+from plugrt.plugin import Example, OpPlugin, TacticProvider
+from plugrt.registry import ENTRY_POINT_GROUP, Registry, default_registry
 from plugrt.testing.example_run import CHECKS, ExampleRun
 from plugrt.testing.report import FAILED, PASSED, CheckResult, ConformanceError, ConformanceReport, Failure
 
 #: The op-level check: the op claims at least one well-formed example.
 CLAIMS = "claims"
+#: The checks of contributed tactics (a ``plugrt_tactics`` provider), on the owner's examples:
+#: the owner's inference and serialization are the owner's to check.
+PROVIDER_CHECKS = ("tactics", "guards", "plan", "pickle")
 
 
 @dataclass(eq=False)
@@ -37,10 +43,13 @@ class ConformanceCase:
     example: str = ""
     example_run: ExampleRun | None = field(default=None, repr=False)
     claims: CheckResult | None = field(default=None, repr=False)
+    #: Set when the case checks the tactics ``plugin`` contributes to ``op`` (owned by another).
+    provider: TacticProvider | None = None
 
     @property
     def op_label(self) -> str:
-        return f"{self.op.domain}::{self.op.op_type}" if self.op.domain else self.op.op_type
+        op = self.op if self.op is not None else self.provider
+        return f"{op.domain}::{op.op_type}" if op.domain else op.op_type
 
     @property
     def id(self) -> str:
@@ -65,21 +74,24 @@ def conformance_cases(target, *, registry=None, seed: int = 0, checks: Iterable[
     targets = list(target) if isinstance(target, (list, tuple)) else [target]
     entries = []
     for one in targets:
-        found, owners = resolve_target(one, registry)
-        if not owners:
-            raise PlugrtError(f"{one!r} provides no ops to check")
-        entries += [(found, plugin, op) for plugin, op in owners]
+        found, subjects = resolve_target(one, registry)
+        if not subjects:
+            raise PlugrtError(f"{one!r} provides no ops and no tactics to check")
+        entries += [(found, *subject) for subject in subjects]
     cases: list[ConformanceCase] = []
-    for found, plugin, op in _select(entries, ops, target):
-        examples, claims = _claims(plugin, op)
-        cases.append(ConformanceCase(plugin, op, CLAIMS, claims=claims))
+    for found, plugin, op, provider in _select(entries, ops, target):
+        examples, claims = _claims(plugin, op, provider)
+        cases.append(ConformanceCase(plugin, op, CLAIMS, claims=claims, provider=provider))
+        source = found.plugins[plugin].source(provider) if provider is not None else None
         labels: set[str] = set()
         for index, example in enumerate(examples):
-            run = ExampleRun(plugin, op, index, example, found, seed, plan_dir)
+            run = ExampleRun(plugin, op, index, example, found, seed, plan_dir,
+                             provider=(provider, source) if provider is not None else None)
             if run.label in labels:
                 run.label = f"{index}:{run.label}"
             labels.add(run.label)
-            cases += [ConformanceCase(plugin, op, check, run.label, run) for check in checks]
+            cases += [ConformanceCase(plugin, op, check, run.label, run, provider=provider)
+                      for check in checks if provider is None or check in PROVIDER_CHECKS]
     return cases
 
 
@@ -89,7 +101,9 @@ def check_plugin(target, *, registry=None, seed: int = 0, checks: Iterable[str] 
 
     :param target: an :class:`~plugrt.plugin.OpPlugin` instance, a plugin name (its entry
         point name in group ``plugrt.plugins``, or its distribution name), a plugin
-        module (anything with ``@hookimpl`` functions), or a list of these.
+        module (anything with ``@hookimpl`` functions), or a list of these. A plugin's
+        tactic providers (``plugrt_tactics``) are checked too, on the examples of the op
+        they serve, against its owner's reference; a distribution may provide only those.
     :param registry: where a plugin name is looked up (default: the installed plugins);
         an instance or module not registered there is checked in a fresh registry.
     :param seed: seeds the random inputs (the same seed draws the same inputs).
@@ -101,8 +115,6 @@ def check_plugin(target, *, registry=None, seed: int = 0, checks: Iterable[str] 
         op, example, check, tactic and a fix.
     :raises PlugrtError: when the target cannot be resolved, or an argument is invalid.
     """
-    from plugrt.device import describe
-
     cases = conformance_cases(target, registry=registry, seed=seed, checks=checks, ops=ops, plan_dir=plan_dir)
     plugins = sorted({case.plugin for case in cases})
     report = ConformanceReport(plugins, seed, describe())
@@ -113,6 +125,17 @@ def check_plugin(target, *, registry=None, seed: int = 0, checks: Iterable[str] 
 
 
 # ---------------------------------------------------------------------- targets
+
+
+class _ProviderHolder:
+    """A plugin object providing given tactic providers."""
+
+    def __init__(self, providers: list[TacticProvider]):
+        self._providers = list(providers)
+
+    @hookimpl
+    def plugrt_tactics(self):
+        return list(self._providers)
 
 
 class _OpHolder:
@@ -126,41 +149,54 @@ class _OpHolder:
         return list(self._ops)
 
 
-def resolve_target(target, registry=None) -> tuple[object, list[tuple[str, OpPlugin]]]:
-    """``(registry, [(plugin name, op), ...])`` for a check target (see :func:`check_plugin`)."""
-    from plugrt.registry import Registry, default_registry
-
-    if isinstance(target, type) and issubclass(target, OpPlugin):
+def resolve_target(target, registry=None) -> tuple[object, list[tuple[str, OpPlugin | None, TacticProvider | None]]]:
+    """``(registry, [(plugin name, op, provider), ...])`` for a check target (see
+    :func:`check_plugin`): ``provider`` is ``None`` for the plugin's own ops, and otherwise a
+    tactic provider of the plugin with ``op`` its owner's op (``None`` if none is installed)."""
+    if isinstance(target, type) and issubclass(target, (OpPlugin, TacticProvider)):
         target = target()  # the class given for an instance
     if isinstance(target, OpPlugin):
         if registry is not None and any(op is target for op in registry.ops()):
-            return registry, [(registry.owner(target).name, target)]
+            return registry, [(registry.owner(target).name, target, None)]
         fresh = Registry()
         record = fresh.register(_OpHolder([target]), name=f"conformance-{type(target).__name__}")
-        return fresh, [(record.name, target)]
+        return fresh, [(record.name, target, None)]
+    if isinstance(target, TacticProvider):
+        known = Registry.load() if registry is None else registry
+        record = known.register(_ProviderHolder([target]), name=f"conformance-{type(target).__name__}")
+        return known, _subjects(known, [record])
     if isinstance(target, str):
         return _by_name(target, registry)
-    if isinstance(target, (types.ModuleType, type)) or hasattr(target, "plugrt_ops"):
+    if isinstance(target, (types.ModuleType, type)) or hasattr(target, "plugrt_ops") or hasattr(target, "plugrt_tactics"):
         known = registry if registry is not None else default_registry()
         for name in known.plugins:
             if known.pm.get_plugin(name) is target:
-                return known, [(name, op) for op in known.plugins[name].ops]
-        fresh = Registry()
+                return known, _subjects(known, [known.plugins[name]])
+        fresh = Registry.load() if registry is None else registry
         name = getattr(target, "__name__", None) or type(target).__name__
         record = fresh.register(target, name=name)
-        return fresh, [(record.name, op) for op in record.ops]
-    raise PlugrtError(f"cannot check {target!r}: pass an OpPlugin instance, a plugin name (entry point or "
-                      "distribution), or a plugin module")
+        return fresh, _subjects(fresh, [record])
+    raise PlugrtError(f"cannot check {target!r}: pass an OpPlugin instance, a TacticProvider instance, a plugin name "
+                      "(entry point or distribution), or a plugin module")
+
+
+def _subjects(registry, records) -> list[tuple[str, OpPlugin | None, TacticProvider | None]]:
+    """Each record's ops, then its tactic providers with the op each serves."""
+    found = [(r.name, op, None) for r in records for op in r.ops]
+    for record in records:
+        for provider in record.providers:
+            owner = next((op for op in registry.ops() if op.op_type == provider.op_type
+                          and provider.serves(op.domain, op.op_type, max(op.since_opset, provider.since_opset))), None)
+            found.append((record.name, owner, provider))
+    return found
 
 
 def _by_name(name: str, registry) -> tuple[object, list]:
-    from plugrt.registry import Registry, default_registry
-
     candidates = [registry] if registry is not None else [default_registry()]
     for known in candidates:
         records = [r for r in known.plugins.values() if name in (r.name, r.distribution)]
         if records:
-            return known, [(r.name, op) for r in records for op in r.ops]
+            return known, _subjects(known, records)
         failed = [f for f in known.failures if name in (f.name, f.distribution)]
         if failed:
             raise PlugrtError(f"plugin {name!r} is installed but failed to load: {failed[0].error}")
@@ -168,7 +204,10 @@ def _by_name(name: str, registry) -> tuple[object, list]:
         loaded = Registry.load(allow=[name])
         records = [r for r in loaded.plugins.values() if name in (r.name, r.distribution)]
         if records:
-            return loaded, [(r.name, op) for r in records for op in r.ops]
+            if any(r.providers for r in records):  # the ops they serve come from the other plugins
+                loaded = Registry.load(allow=[name, *(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))])
+                records = [r for r in loaded.plugins.values() if name in (r.name, r.distribution)]
+            return loaded, _subjects(loaded, records)
         if loaded.failures:
             raise PlugrtError(f"plugin {name!r} is installed but failed to load: {loaded.failures[0].error}")
     known = sorted(candidates[0].plugins)
@@ -178,19 +217,19 @@ def _by_name(name: str, registry) -> tuple[object, list]:
 
 
 def _select(entries: list, ops: Iterable[str] | None, target) -> list:
-    """The ``(registry, plugin, op)`` entries whose op is named in ``ops`` (all if ``None``)."""
+    """The ``(registry, plugin, op, provider)`` entries whose op is named in ``ops`` (all if ``None``)."""
     if ops is None:
         return entries
     wanted = set(ops)
-    chosen = [entry for entry in entries if _names_of(entry[2]) & wanted]
-    missing = sorted(wanted - set().union(*(_names_of(op) for _, _, op in chosen)))
+    chosen = [entry for entry in entries if _names_of(entry[3] or entry[2]) & wanted]
+    missing = sorted(wanted - set().union(*(_names_of(entry[3] or entry[2]) for entry in chosen)))
     if missing:
-        have = ", ".join(sorted({op.op_type for _, _, op in entries}))
+        have = ", ".join(sorted({(entry[3] or entry[2]).op_type for entry in entries}))
         raise PlugrtError(f"{target!r} provides no op {', '.join(map(repr, missing))}; it provides: {have}")
     return chosen
 
 
-def _names_of(op: OpPlugin) -> set[str]:
+def _names_of(op: OpPlugin | TacticProvider) -> set[str]:
     return {op.op_type, f"{op.domain}::{op.op_type}"}
 
 
@@ -205,16 +244,23 @@ def _checks(checks: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(c for c in CHECKS if c in checks)
 
 
-def _claims(plugin: str, op: OpPlugin) -> tuple[list, CheckResult]:
-    """The op's examples, and the result of its ``claims`` check."""
-    label = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+def _claims(plugin: str, op: OpPlugin | None, provider: TacticProvider | None = None) -> tuple[list, CheckResult]:
+    """The op's examples, and the result of its ``claims`` check (for a tactic provider: the
+    examples of the op it serves, which some installed plugin must own)."""
+    subject = provider if provider is not None else op
+    label = f"{subject.domain}::{subject.op_type}" if subject.domain else subject.op_type
 
     def failed(message: str, hint: str) -> tuple[list, CheckResult]:
         failure = Failure(plugin, label, "", CLAIMS, message, hint)
         return [], CheckResult(plugin, label, "", CLAIMS, FAILED, [failure])
 
+    if op is None:
+        return failed(f"contributes tactics to {label}, which no installed plugin provides at opsets "
+                      f"{provider.since_opset}..{provider.until_opset or ''}",
+                      "install the plugin that owns the op, or fix the provider's domain, op_type and opsets")
+
     try:
-        examples = list(op.examples())
+        examples = list((provider.examples() if provider is not None else []) or op.examples())
     except Exception as exc:
         return failed(f"examples() raised {type(exc).__name__}: {exc}", "examples() must return a list of Example")
     if not examples:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
+from plugrt.kernels import Epilogue, jit
 from plugrt.plugin import ANCHOR
 from plugrt.tactic import Tactic
 
@@ -22,11 +24,25 @@ from plugrt.tactic import Tactic
 SCALE = 0.5
 
 
+
+@dataclass
+class Variant:
+    """One tactic run the tactics and guards checks judge: the tactic, its inputs for the
+    first run and the replay (``runtime``: which are replaced for the replay), and the
+    outputs it must produce."""
+
+    label: str
+    tactic: Tactic
+    inputs: list
+    replay_inputs: list
+    runtime: list
+    expected: list
+    replay_expected: list
+
+
 @functools.lru_cache(maxsize=None)
 def probe_function():
     """``value * 0.5 + operands[1][index]`` as a device function (``operands[0]`` is the table)."""
-    from plugrt.kernels import jit
-
     @jit(device=True)
     def conformance_probe(value, index, operands):
         return value * 0.5 + operands[1][index]
@@ -36,10 +52,8 @@ def probe_function():
 
 def epilogue_variants(run, runtime: list) -> tuple[list, list]:
     """``(variants, failures)``: every tactic the op offers with the probe epilogue, as
-    :class:`~plugrt.testing.example_run.Variant` objects (empty for ops outside ``ANCHOR``,
+    :class:`Variant` objects (empty for ops outside ``ANCHOR``,
     and for outputs that are not floats or not one)."""
-    from plugrt.kernels import Epilogue
-    from plugrt.testing.example_run import Variant
 
     node, op = run.node, run.op
     if ANCHOR not in op.groups or len(node.outputs) != 1:
@@ -52,7 +66,7 @@ def epilogue_variants(run, runtime: list) -> tuple[list, list]:
     failures: list = []
     try:
         with run.watch("tactics(epilogue=...)"):
-            found = list(op.tactics(node, ins, [out], epilogue=epilogue))
+            found = run.offered(node, ins, [out], epilogue=epilogue)
     except Exception as exc:
         return [], [run.failure("tactics", f"tactics(..., epilogue=E) raised {type(exc).__name__}: {exc}",
                                 "an ANCHOR op's tactics accept an epilogue (plugrt.kernels.Epilogue)")]

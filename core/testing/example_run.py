@@ -32,16 +32,16 @@ from __future__ import annotations
 import contextlib
 import time
 import zlib
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
 from plugrt.errors import ModelError, PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
-from plugrt.plugin import TensorInfo
-from plugrt.tactic import Tactic
+from plugrt.ir.tensor import TensorInfo
+from plugrt.tactic import MATH_KINDS, Tactic, uses_tf32
 from plugrt.testing.comparison import canonical_json, compare, json_problems, json_round_trip, same_bytes
+from plugrt.testing.epilogue import Variant, epilogue_variants
 from plugrt.testing.guards import run_guarded
 from plugrt.testing.pickle_guard import PickleGuard, find_pickles, plan_pickles
 from plugrt.testing.report import FAILED, PASSED, SKIPPED, CheckResult, Failure
@@ -51,11 +51,16 @@ _NEEDS_INFER = ("tactics", "guards", "plan")
 
 
 class ExampleRun:
-    """The checks of example ``index`` of ``op``; :meth:`result` runs one (memoized)."""
+    """The checks of example ``index`` of ``op``; :meth:`result` runs one (memoized).
 
-    def __init__(self, plugin: str, op, index: int, example, registry, seed: int = 0, plan_dir: str | None = None):
+    With ``provider`` (a :class:`~plugrt.plugin.TacticProvider` and the ``source`` its
+    tactics carry), the tactics judged are the ones ``plugin`` contributes to ``op``."""
+
+    def __init__(self, plugin: str, op, index: int, example, registry, seed: int = 0, plan_dir: str | None = None,
+                 provider: tuple | None = None):
         self.plugin = plugin
         self.op = op
+        self.provider = provider
         self.index = index
         self.example = example
         self.registry = registry
@@ -247,7 +252,7 @@ class ExampleRun:
         found: list = []
         try:
             with self.watch("tactics()"):
-                found = list(self.op.tactics(self.node, ins, outs))
+                found = self.offered(self.node, ins, outs)
         except Exception as exc:
             failures.append(self.failure("tactics", f"tactics() raised {type(exc).__name__}: {exc}",
                                          "tactics() must return a list (empty to refuse) for claimed examples"))
@@ -263,6 +268,16 @@ class ExampleRun:
         failures += self._tactic_declarations(runnable)
         self._memo["tactics"] = (runnable, failures)
         return runnable, failures
+
+    def offered(self, node, inputs, outputs, epilogue=None) -> list:
+        """The tactics this run judges for ``node``: the op's own, or only those the provider
+        contributes, stamped with their source as the builder stamps them."""
+        extra = {} if epilogue is None else {"epilogue": epilogue}
+        if self.provider is None:
+            return list(self.op.tactics(node, inputs, outputs, **extra))
+        provider, source = self.provider
+        found = list(provider.tactics(node, inputs, outputs, **extra))
+        return [t.from_source(source) if isinstance(t, Tactic) else t for t in found]
 
     def declared_well(self, tactic, failures: list) -> bool:
         """Whether the kit can run ``tactic`` at all (a name, a params mapping, a workspace size)."""
@@ -287,6 +302,11 @@ class ExampleRun:
         for name in sorted({n for n in names if names.count(n) > 1}):
             failures.append(self.failure("tactics", f"{names.count(name)} tactics are named {name!r}",
                                          "give every tactic of a node a unique name (plans record it)", name))
+        if self.provider is not None:
+            declared = tuple(self.provider[0].tactic_names)
+            for name in sorted({n for n in names if n not in declared}):
+                failures.append(self.failure("tactics", f"tactic {name!r} is not among the provider's tactic_names "
+                                             f"{declared!r}", "list every tactic it offers in tactic_names", name))
         for tactic in tactics:
             problems = json_problems(dict(tactic.params), "params")
             if problems:
@@ -297,16 +317,15 @@ class ExampleRun:
                 failures.append(self.failure("tactics", f"parameters {dict(tactic.params)!r} change through JSON "
                                              f"(to {json_round_trip(dict(tactic.params))!r}), so a plan cannot "
                                              "find this tactic again by them", "use lists, not tuples", tactic.name))
-            if tactic.math not in ("", "tf32"):
-                failures.append(self.failure("tactics", f"math is {tactic.math!r}", 'use "" or "tf32"', tactic.name))
+            if tactic.math not in MATH_KINDS:
+                failures.append(self.failure("tactics", f"math is {tactic.math!r}",
+                                             f"use one of {', '.join(map(repr, MATH_KINDS))}", tactic.name))
         return failures
 
-    def variants(self) -> tuple[list["Variant"], list[Failure]]:
+    def variants(self) -> tuple[list[Variant], list[Failure]]:
         """What the tactics and guards checks run: every tactic on the example, and for an
         ``ANCHOR`` op every tactic it offers with an epilogue (:mod:`plugrt.testing.epilogue`)."""
         if "variants" not in self._memo:
-            from plugrt.testing.epilogue import epilogue_variants
-
             tactics, failures = self.tactic_list()
             runtime = [bool(name) and name in self.feeds for name in self.node.inputs]
             plain = [Variant(t.name, t, self.node_inputs(self.feeds), self.node_inputs(self.replay_feeds), runtime,
@@ -315,7 +334,7 @@ class ExampleRun:
             self._memo["variants"] = (plain + extra, failures + problems)
         return self._memo["variants"]
 
-    def _guarded(self, variant: "Variant"):
+    def _guarded(self, variant: Variant):
         key = f"run/{variant.label}/{id(variant.tactic)}"
         if key not in self._memo:
             outs = [self.graph.info(name) for name in self.node.outputs]
@@ -325,7 +344,7 @@ class ExampleRun:
         return self._memo[key]
 
     def tolerance(self, tactic) -> tuple[float, float]:
-        if tactic.math == "tf32":
+        if uses_tf32(tactic):
             rtol, atol = self.example.tf32_tolerance
             return max(rtol, self.example.rtol), max(atol, self.example.atol)
         return self.example.rtol, self.example.atol
@@ -337,7 +356,7 @@ class ExampleRun:
             failures += self._accuracy(variant)
         return failures
 
-    def _accuracy(self, variant: "Variant") -> list[Failure]:
+    def _accuracy(self, variant: Variant) -> list[Failure]:
         """The variant's outputs against the reference, first run and replay."""
         run, label = self._guarded(variant), variant.label
         if run.error is not None:
@@ -443,21 +462,6 @@ class ExampleRun:
             failures += [self.failure("pickle", f"plan file of {label}: {problem}", hint)
                          for problem in plan_pickles(blob)]
         return failures
-
-
-@dataclass
-class Variant:
-    """One tactic run the tactics and guards checks judge: the tactic, its inputs for the
-    first run and the replay (``runtime``: which are replaced for the replay), and the
-    outputs it must produce."""
-
-    label: str
-    tactic: Tactic
-    inputs: list
-    replay_inputs: list
-    runtime: list
-    expected: list
-    replay_expected: list
 
 
 class _SetupFailed(Exception):

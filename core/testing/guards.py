@@ -7,7 +7,7 @@ as the engine hands out views of its arena. Output and workspace interiors start
 element unwritten, or assumes a zeroed workspace, then fails the comparison.
 
 :func:`run_guarded` prepares the launch list once (through the engine's
-:class:`~plugrt.engine.launcher.PreparedLaunch`), runs it, then copies a second set of
+:class:`~plugrt.launcher.PreparedLaunch`), runs it, then copies a second set of
 inputs in and replays the same launches, as ``ExecutionContext.execute`` does. Afterwards
 every pad must be intact and every input unchanged.
 
@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from plugrt.device import simulated
-from plugrt.engine.launcher import PreparedLaunch
+from plugrt.launcher import PreparedLaunch
 from plugrt.ir.dims import format_shape
 from plugrt.tactic import Launch
 

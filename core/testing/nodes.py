@@ -20,10 +20,11 @@ import numpy as np
 from onnx import helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
 
-from plugrt.engine.launcher import PreparedLaunch
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.graph import Graph, Node
+from plugrt.launcher import PreparedLaunch
 from plugrt.onnx.importer import import_model
+from plugrt.tactic import uses_tf32
 
 
 def single_node_model(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapping | None = None,
@@ -51,12 +52,12 @@ def single_node_model(op_type: str, feeds: Mapping[str, np.ndarray | None], attr
 
 
 def node_tactics(graph: Graph, registry, node: Node | None = None) -> list:
-    """The tactics the node's plugin offers at the graph's (static) shapes."""
+    """The tactics the node's plugin offers at the graph's (static) shapes, and those other
+    plugins contribute (see :meth:`plugrt.registry.Registry.tactics`)."""
     node = node or graph.nodes[0]
-    op = registry.op(node)
-    ins = [graph.info(n) for n in node.inputs]
+    ins = [graph.info(n) if n else None for n in node.inputs]
     outs = [graph.info(n) for n in node.outputs]
-    return list(op.tactics(node, ins, outs))
+    return registry.tactics(registry.op(node), node, ins, outs)
 
 
 def run_tactic(graph: Graph, tactic, feeds: Mapping[str, np.ndarray], node: Node | None = None) -> list[np.ndarray]:
@@ -118,7 +119,7 @@ def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapp
             label = f"{op_type} tactic {tactic.name!r} output {index}"
             assert out.dtype == want.dtype, f"{label}: dtype {out.dtype}, reference {want.dtype}"
             assert out.shape == want.shape, f"{label}: shape {out.shape}, reference {want.shape}"
-            if getattr(tactic, "math", "") == "tf32":  # tensor cores: TF32's error, relative to max |want|
+            if uses_tf32(tactic):  # tensor cores: TF32's error, relative to max |want|
                 scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-6)
                 err = float(np.max(np.abs(out.astype(np.float64) - want), initial=0.0))
                 assert err <= TF32_TOLERANCE * scale, f"{label}: max error {err:.3g} > {TF32_TOLERANCE} * {scale:.3g}"

@@ -99,11 +99,11 @@ def _identity_failures(run, loaded, context, position: int, tactic) -> list:
     ins = [graph.info(n) if n else None for n in node.inputs]
     outs = [graph.info(n) for n in node.outputs if n]
     try:
-        candidates = list(run.op.tactics(node, ins, outs))
+        candidates = run.offered(node, ins, outs)
     except Exception as exc:
         return [run.failure("plan", f"tactics() raised on the loaded node: {type(exc).__name__}: {exc}", _HINT,
                             tactic.name)]
-    exact = [t for t in candidates if t.name == recorded["name"] and dict(t.params) == recorded["params"]]
+    exact = [t for t in candidates if t.identity() == recorded]
     if len(exact) == 1:
         return []
     if not exact:
@@ -130,7 +130,8 @@ def _with_tactic(engine, position: int, tactic):
     from plugrt.engine import Engine
 
     layers = list(engine.layers)
-    layers[position] = replace(layers[position], tactic=tactic.identity(), workspace_bytes=int(tactic.workspace_bytes))
+    layers[position] = replace(layers[position], tactic=tactic.identity(), workspace_bytes=int(tactic.workspace_bytes),
+                               tactic_provider=dict(tactic.source) if tactic.source else None)
     workspace = max(layer.workspace_bytes for layer in layers)
     return Engine(engine.graph, engine.profile, layers, engine.offsets, engine.arena_bytes, workspace,
                   engine.registry, engine.shapes, engine.device, engine.passes)

@@ -22,8 +22,8 @@ the head sizes must fit some tactic's shared-memory tiles.
 
 from __future__ import annotations
 
-from plugrt.passes import rewrite
-from plugrt.passes.pattern import Rule, capture, const, either, is_scalar, op, rewrite_matches
+from plugrt.passes.pattern import (Rule, capture, const, either, fresh_name, is_scalar, make_node, op, origin_of,
+                                   rewrite_matches, shape_facts)
 
 from plugrt_contrib_attention.op import DOMAIN, DTYPES, OP_TYPE, OPSET
 from plugrt_contrib_attention.tactics import fits_head_sizes
@@ -49,14 +49,14 @@ SCALE_TAGS = ("q", "k_in", "k_out", "s")
 
 class _Dims:
     """Dim facts for the rule's checks: inferred dims, or, where those are symbols that
-    differ, the dims at the graph's sample shapes (see :func:`rewrite.shape_facts`)."""
+    differ, the dims at the graph's sample shapes (see :func:`plugrt.passes.pattern.shape_facts`)."""
 
     def __init__(self, graph, registry):
         self.graph, self.registry, self._facts = graph, registry, None
 
     def _sampled(self, name: str, axis: int):
         if self._facts is None:
-            self._facts = rewrite.shape_facts(self.graph, self.registry)
+            self._facts = shape_facts(self.graph, self.registry)
         return tuple(shape[axis] for shape in self._facts(name))
 
     def equal(self, a: str, a_axis: int, b: str, b_axis: int) -> bool:
@@ -135,14 +135,14 @@ def _fuse(graph, registry, match):
     if not _fits(graph, registry, match, k_src, perm):
         return None
     q, rest = match.values["q"], [match.values["v"]] + ([match.values["mask"]] if "mask" in match.values else [])
-    k_name = rewrite.fresh_name(graph, f"{k_src}/bhsd") if perm else k_src
+    k_name = fresh_name(graph, f"{k_src}/bhsd") if perm else k_src
     fused = match.fused(registry, OP_TYPE, [q, k_name] + rest, {"scale": _scale(match)}, opset=OPSET,
                         domain=DOMAIN)
     if fused is None:
         return None
     if perm:
-        origin = rewrite.origin_of([match.node("k_t")]) if "k_src" in match.values else ()
-        transpose = rewrite.make_node(graph, registry, "Transpose", [k_src], [k_name], {"perm": perm},
+        origin = origin_of([match.node("k_t")]) if "k_src" in match.values else ()
+        transpose = make_node(graph, registry, "Transpose", [k_src], [k_name], {"perm": perm},
                                       opset=graph.opsets.get("", 13), name=k_name, origin=origin)
         if transpose is None:
             return None

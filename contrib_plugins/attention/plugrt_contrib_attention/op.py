@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from plugrt.errors import ShapeError
+from plugrt import ShapeError
 from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, optional
 
 from plugrt_contrib_attention.problem import AttentionShapes

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32
 
-from plugrt.kernels import flat, jit, to_device
-from plugrt.tactic import Launch
+from plugrt.kernels import flat, jit, simulated, to_device
+from plugrt.plugin import Launch
 
 #: Largest dynamic shared memory a block may ask for on sm_90 (227 KiB); the engine's
 #: launcher opts kernels above 48 KiB in.
@@ -136,8 +136,6 @@ def shared_vector_load(width: int, vector: bool = True):
     as a tuple; with ``vector`` one ``4 * width``-byte load (``i`` a multiple of ``width``,
     the data aligned to it), else scalar loads (always in the simulator, which runs no
     LLVM intrinsics). Indices are uint64."""
-    from plugrt.device import simulated
-
     if not vector or simulated():
         one, two, three = np.uint64(1), np.uint64(2), np.uint64(3)
         if width == 2:

@@ -32,7 +32,7 @@ import numpy as np
 from numba import float32, from_dtype
 
 from plugrt.kernels import cuda, jit
-from plugrt.tactic import Tactic
+from plugrt.plugin import Tactic
 
 from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, as_is,
                                               shared_vector_load, tile_stager)

@@ -9,8 +9,8 @@ likeliest winners come early in each family.
 
 from __future__ import annotations
 
-from plugrt.device import simulated
-from plugrt.tactic import Tactic
+from plugrt.kernels import simulated
+from plugrt.plugin import Tactic
 
 from plugrt_contrib_attention import simt, tensor_cores
 from plugrt_contrib_attention.problem import AttentionShapes

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, from_dtype
 
-from plugrt.device import simulated
-from plugrt.kernels import cuda, jit, round_tf32, tf32_mma
-from plugrt.tactic import Tactic
+from plugrt.kernels import cuda, jit, round_tf32, simulated, tf32_mma
+from plugrt.plugin import Tactic
 
 from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, shared_vector_load,
                                               tile_stager)

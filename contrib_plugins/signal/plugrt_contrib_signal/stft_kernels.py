@@ -27,7 +27,7 @@ import numpy as np
 from numba import float32
 
 from plugrt.kernels import cuda, elementwise_grid, flat, jit, rows_grid, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 ZERO = np.float32(0.0)  # a float32 constant (float32(0.0) in a kernel truncates a double)
 

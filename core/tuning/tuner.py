@@ -1,26 +1,29 @@
 """The auto-tuner: choose each device layer's tactic, by timing where it can.
 
 For one layer at the profile's opt shapes the candidates are the plugin's tactics in its
-preference order, less those with ``math == "tf32"`` when ``BuilderConfig.tf32`` is off.
+preference order, then those other plugins contribute (``plugrt_tactics``), less those on
+TF32 tensor cores when ``BuilderConfig.tf32`` is off (:func:`plugrt.tactic.allowed`).
 ``BuilderConfig.optimization_level`` (TensorRT's 0..5, default 3) says how many are timed:
 
 - 0: heuristics only: the plugin's first tactic, nothing timed;
 - 1 to 4: the plausible ones: the first :data:`TACTICS_BY_LEVEL` ``[level]`` in preference
   order (2, 3, 3, 6; the default level's :data:`PLAUSIBLE_TACTICS` is 3): a plugin lists its
-  tactics best first, so the rest rarely win and every one timed costs a kernel compile;
+  tactics best first, so the rest rarely win and every one timed costs a kernel compile.
+  The count holds for the op's plugin and for each contributing plugin alike: a tactic
+  someone installed to be faster is always timed;
 - 5: all of them.
 
 In the CUDA simulator nothing is timed (its times mean nothing): the first tactic wins,
 unless a measure function is given, which tests use to run the whole timing path,
 verification included, in the simulator. A layer with one candidate is not timed either.
 
-Timing (:mod:`plugrt.tactics.timing`): the reference tactic (the first candidate that
+Timing (:mod:`plugrt.tuning.timing`): the reference tactic (the first candidate that
 does not use TF32) runs once on random inputs; every candidate not yet in the timing
 cache then runs once and its outputs are compared with the reference's. A candidate that
 raises or gives different results is dropped with a warning and recorded as failed, so
 it is never chosen for this layer key; the others are timed (median of CUDA-event
 timings) and the fastest wins, ties going to the plugin's preference. Times land in the
-:class:`~plugrt.tactics.timing_cache.TimingCache`; when it knows every candidate already,
+:class:`~plugrt.tuning.timing_cache.TimingCache`; when it knows every candidate already,
 nothing runs on the GPU and the choice is the same as the build that filled it.
 """
 
@@ -35,10 +38,11 @@ from typing import Callable
 from plugrt.device import describe as describe_device
 from plugrt.device import simulated
 from plugrt.errors import PlugrtError
-from plugrt.tactics.timing import LayerBench, TacticRun, cuda_event_median, verify
-from plugrt.tactics.timing_cache import FAILED, TimingCache, layer_key, tactic_key
+from plugrt.tactic import allowed, uses_tf32
+from plugrt.tuning.timing import LayerBench, TacticRun, cuda_event_median, verify
+from plugrt.tuning.timing_cache import FAILED, TimingCache, layer_key, tactic_key
 
-log = logging.getLogger("plugrt.tactics")
+log = logging.getLogger("plugrt.tuning")
 
 #: Tactics timed at optimization levels 0..4, the first in the plugin's order. On the H200
 #: the winners of ResNet-18's layers at batch 32 were all among the first three (of four
@@ -70,7 +74,7 @@ class Tuner:
     :param config: the :class:`~plugrt.engine.profile.BuilderConfig` (optimization level,
         tf32, progress).
     :param cache: timings known before the build; new ones are recorded in it.
-    :param measure: replaces :func:`~plugrt.tactics.timing.cuda_event_median`; given one,
+    :param measure: replaces :func:`~plugrt.tuning.timing.cuda_event_median`; given one,
         tactics are timed (and verified) even in the CUDA simulator.
     :param device: the device the key names (default: :func:`plugrt.device.describe`).
     :param stream: where progress goes (default: stderr; only to a terminal).
@@ -95,13 +99,23 @@ class Tuner:
 
     def allowed(self, tactics) -> list:
         """The candidates: ``tactics`` in order, less TF32 ones when TF32 is off."""
-        return [t for t in tactics if self.tf32 or getattr(t, "math", "") != "tf32"]
+        return allowed(tactics, self.tf32)
 
     def to_time(self, candidates) -> list:
-        """The candidates this level times; none when there is no choice to make."""
+        """The candidates this level times, none when there is no choice to make: the first
+        few of the op's own plugin and as many of each plugin that contributes tactics."""
         if not self.timing or self.level == HEURISTIC_LEVEL:
             return []
-        chosen = list(candidates) if self.level == EXHAUSTIVE_LEVEL else list(candidates)[:TACTICS_BY_LEVEL[self.level]]
+        if self.level == EXHAUSTIVE_LEVEL:
+            chosen = list(candidates)
+        else:
+            taken: dict = {}
+            chosen = []
+            for tactic in candidates:
+                provider = getattr(tactic, "provider", None)
+                taken[provider] = taken.get(provider, 0) + 1
+                if taken[provider] <= TACTICS_BY_LEVEL[self.level]:
+                    chosen.append(tactic)
         return chosen if len(chosen) > 1 else []
 
     def choose(self, node, graph, op, owner, tactics, position: tuple[int, int] = (1, 1)) -> Choice:
@@ -132,7 +146,7 @@ class Tuner:
         """Verify and time ``pending`` against the reference; record the results."""
         workspace = max(int(t.workspace_bytes) for t in candidates)
         bench = LayerBench(node, graph, workspace)
-        plain = [t for t in candidates if getattr(t, "math", "") != "tf32"]
+        plain = [t for t in candidates if not uses_tf32(t)]
         reference = reference_run = reference_outputs = None
         for tactic in plain + [t for t in candidates if not _holds(plain, t)]:
             try:
@@ -154,8 +168,7 @@ class Tuner:
                 except Exception as exc:
                     self._reject(node, key, tactic, pending, f"raised {type(exc).__name__}: {exc}")
                     continue
-                tf32 = "tf32" in (getattr(tactic, "math", ""), getattr(reference, "math", ""))
-                problem = verify(outputs, reference_outputs, tf32)
+                problem = verify(outputs, reference_outputs, uses_tf32(tactic) or uses_tf32(reference))
                 if problem:
                     why = f"gives results unlike tactic {reference.name!r}: {problem}"
                     self._reject(node, key, tactic, pending, why)
@@ -192,7 +205,7 @@ class Tuner:
         runner_up = None
         if len(scored) > 1:
             second_ms, _, second = scored[1]
-            runner_up = {"name": second.name, "params": dict(second.params), "time_ms": second_ms}
+            runner_up = {**second.identity(), "time_ms": second_ms}
         log.info("%s: tactic %r %.4f ms (%d of %d timed ran correctly)", node.describe(), best.name, ms,
                  len(scored), len(timed))
         return Choice(best, ms, runner_up)

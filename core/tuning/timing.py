@@ -6,7 +6,7 @@ values; every other input random, in :data:`ROTATING_SETS` sets so that repeated
 not find their inputs in the L2 cache), output buffers per set, and a workspace.
 
 :meth:`LayerBench.trial` prepares a tactic's launches for every set
-(:class:`~plugrt.engine.launcher.PreparedLaunch`) and runs it once on set 0; its outputs
+(:class:`~plugrt.launcher.PreparedLaunch`) and runs it once on set 0; its outputs
 are then compared with the reference tactic's (:func:`verify`). A :class:`TacticRun`
 is what a measure function gets: ``enqueue(i)`` replays the tactic on set ``i % sets``.
 The default measure, :func:`cuda_event_median`, is the median of CUDA-event timings.
@@ -99,7 +99,7 @@ class LayerBench:
 
         Exceptions from the tactic (preparing or running) propagate to the caller.
         """
-        from plugrt.engine.launcher import PreparedLaunch
+        from plugrt.launcher import PreparedLaunch
 
         workspace = self.workspace[:tactic.workspace_bytes] if tactic.workspace_bytes else None
         launches = [[PreparedLaunch(launch) for launch in tactic.launches(ins, outs, workspace)]

@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from plugrt.errors import PlugrtError
+from plugrt.files import write_atomically
 from plugrt.fusion.op import is_fused
 
 CACHE_FORMAT = "plugrt-timing-cache"
@@ -64,8 +65,12 @@ def layer_key(node, graph, op, owner, device: dict) -> str:
 
 
 def tactic_key(tactic) -> str:
-    """The key of one tactic of a layer: its name and parameters."""
-    return canonical_json({"name": tactic.name, "params": _canonical(dict(tactic.params))})
+    """The key of one tactic of a layer: its name and parameters, and for a contributed
+    tactic its ``source`` (plugin, distribution and versions: an upgrade is timed again)."""
+    key = {"name": tactic.name, "params": _canonical(dict(tactic.params))}
+    if getattr(tactic, "source", None):
+        key["source"] = _canonical(dict(tactic.source))
+    return canonical_json(key)
 
 
 def _fused_body(node) -> list:
@@ -160,8 +165,6 @@ class TimingCache:
     def save(self, path: str) -> None:
         """Write the cache to ``path`` atomically."""
         text = json.dumps(self.as_json(), sort_keys=True, indent=1) + "\n"
-        from plugrt.engine.plan_file import write_atomically
-
         try:
             write_atomically(path, text.encode("utf-8"))
         except OSError as exc:

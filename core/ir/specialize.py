@@ -12,7 +12,7 @@ import numpy as np
 
 from plugrt.ir.graph import Graph
 from plugrt.ir.infer import infer_graph
-from plugrt.plugin import TensorInfo
+from plugrt.ir.tensor import TensorInfo
 
 
 def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry,
