@@ -1,5 +1,5 @@
 """Scalar device functions of the activations and other unary ops, for the toolkit's
-broadcasting pointwise kernel (see :func:`plugrt.kernels.pointwise_tactic`).
+broadcasting pointwise kernel (see :func:`plugrt.plugin.pointwise_tactic`).
 
 :func:`device_function` builds one per (op, dtype, attribute values) and caches it.
 float16 arrives widened to float32 and computes in float32, float64 in float64; the

@@ -1,5 +1,5 @@
 """Scalar device functions of the elementwise ops, for the toolkit's broadcasting
-pointwise kernel (see :func:`plugrt.kernels.pointwise_tactic`).
+pointwise kernel (see :func:`plugrt.plugin.pointwise_tactic`).
 
 Each factory is cached on hashable dtypes and attribute values, so equal nodes share
 one device function (and so one compiled kernel). A function computes in

@@ -85,12 +85,14 @@ def _parser() -> argparse.ArgumentParser:
                                           "plugrt.plugins entry point, the op (infer, NumPy reference, CUDA tactics), "
                                           "tests using the conformance kit, a README.")
     new.add_argument("name", metavar="NAME", help="the plugin's name: distribution plugrt-NAME, module plugrt_NAME")
-    new.add_argument("--op", required=True, metavar="OPTYPE", help="the ONNX op type it provides (e.g. SoftClip)")
+    new.add_argument("--op", required=True, metavar="OPTYPE",
+                     help="the ONNX op type it provides (e.g. SoftClip), or with --kind tactic serves (e.g. Relu)")
     new.add_argument("--domain", metavar="DOMAIN",
                      help="the op's ONNX domain (default com.NAME; '' or ai.onnx for the default ONNX domain)")
-    new.add_argument("--kind", choices=("pointwise", "custom"), default="pointwise",
+    new.add_argument("--kind", choices=("pointwise", "custom", "tactic"), default="pointwise",
                      help="pointwise: a scalar device function the core fuses, and a hand-written kernel (default); "
-                          "custom: explicit @cuda.jit kernels using a workspace")
+                          "custom: explicit @cuda.jit kernels using a workspace; tactic: no op, more tactics for "
+                          "an installed op another plugin owns (--domain defaults to the default ONNX domain)")
     new.add_argument("--dest", metavar="DIR", help="the folder to create (default ./plugrt-NAME); must be new or empty")
     new.set_defaults(handler=cmd_new_plugin)
 
@@ -135,10 +137,10 @@ def cmd_plugins(args) -> int:
 
 def cmd_new_plugin(args) -> int:
     from plugrt.registry import default_registry
-    from plugrt.scaffold import check_not_provided, default_dest, plugin_spec, render_plugin
+    from plugrt.scaffold import check_registry, default_dest, plugin_spec, render_plugin
 
     spec = plugin_spec(args.name, args.op, args.domain, args.kind)
-    check_not_provided(spec, default_registry())
+    spec = check_registry(spec, default_registry())
     dest = args.dest if args.dest is not None else default_dest(spec)
     files = render_plugin(spec, dest)
     print(f"created {spec.distribution} ({spec.qualified_op}, {spec.kind}) in {dest}: {len(files)} files")

@@ -44,6 +44,9 @@ ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tenso
 #: The open upper bound of ``inputs``/``outputs`` for variadic ops.
 VARIADIC = 2**31 - 1
 
+#: Where a plugin's graph pass runs (:class:`GraphPass`).
+PASS_STAGES = ("cleanup", "fusion")
+
 #: Op groups the core's rules refer to (fusion, folding).
 POINTWISE = "pointwise"
 REDUCTION = "reduction"
@@ -315,13 +318,23 @@ class GraphPass:
     """A named graph rewrite a plugin contributes through ``plugrt_passes``.
 
     ``run(graph, registry)`` rewrites the graph in place and returns how many changes it
-    made. Passes are ordered by ``(priority, owner, name)``; lower runs first.
+    made. ``stage`` says where it runs: ``"cleanup"`` passes (simplifications that change
+    no op's work, such as layout pairs that cancel) run with the core's cleanup, even
+    without fusion; ``"fusion"`` passes (primitive ops recognized as a fused op) run after
+    the scale folding and before epilogue and pointwise fusion, and not with
+    ``--no-fusion``. Within a stage passes are ordered by ``(priority, owner, name)``;
+    lower runs first.
     """
 
     name: str
     run: Any
     priority: int = 100
     description: str = field(default="", compare=False)
+    stage: str = "fusion"
+
+    def __post_init__(self):
+        if self.stage not in PASS_STAGES:
+            raise ValueError(f"graph pass {self.name!r}: stage must be one of {PASS_STAGES}, got {self.stage!r}")
 
 
 
@@ -393,6 +406,6 @@ __all__ = [
     # the data it speaks in
     "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "dims",
     # constants
-    "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
+    "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "PASS_STAGES", "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
     "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES", "ALL_DTYPES",
 ]

@@ -326,8 +326,10 @@ class Registry:
             found += [tactic.from_source(source) for tactic in offered]
         return found
 
-    def passes(self) -> list[tuple[str, GraphPass]]:
-        found = [(record.name, p) for record in self.plugins.values() for p in record.passes]
+    def passes(self, stage: str | None = None) -> list[tuple[str, GraphPass]]:
+        """``(plugin name, pass)`` of the plugins' graph passes (of one ``stage``), in order."""
+        found = [(record.name, p) for record in self.plugins.values() for p in record.passes
+                 if stage is None or p.stage == stage]
         return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
 
 

@@ -4,17 +4,21 @@ Few questions, derived names (datasette-plugin's template is the model): ``NAME`
 distribution ``plugrt-NAME``, the import name ``plugrt_NAME`` and the entry point; ``--op``
 the ONNX op type (also the class name); ``--domain`` the ONNX domain (default
 ``com.NAME``); ``--kind`` a pointwise op (a scalar device function the core fuses, plus a
-hand-written kernel) or a custom one (explicit ``@cuda.jit`` kernels using a workspace).
+hand-written kernel), a custom one (explicit ``@cuda.jit`` kernels using a workspace), or
+a tactic plugin: no op, more tactics for an installed one-input pointwise op that another
+plugin owns (``--domain`` then defaults to the default ONNX domain).
 
 The template is the folder ``plugin_template/`` (installed as the package
 ``plugrt.plugin_template``). Its ``files/`` tree is rendered with Jinja2, strictly (an
 unknown variable is an error): ``*.j2`` files lose the suffix, and path parts are templates
-too. Rendering goes to a temporary folder beside the destination, which is moved into
-place only when every file rendered, so a failure leaves nothing half-written.
+too; a file that renders to nothing (a kind that has no use for it) is not written.
+Rendering goes to a temporary folder beside the destination, which is moved into place
+only when every file rendered, so a failure leaves nothing half-written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import os
 import re
@@ -23,9 +27,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from plugrt.errors import PlugrtError
+import numpy as np
 
-KINDS = ("pointwise", "custom")
+from plugrt.errors import PlugrtError
+from plugrt.plugin import POINTWISE
+
+KINDS = ("pointwise", "custom", "tactic")
+TACTIC = "tactic"
 TEMPLATE_SUFFIX = ".j2"
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*")
@@ -49,6 +57,9 @@ class PluginSpec:
     domain: str
     domain_given: bool
     kind: str
+    #: The opset of the op's domain the rendered tests' models import (``None``: 1 for a
+    #: domain of the plugin's own, 17 for the default one).
+    opset: int | None = None
 
     @property
     def domain_label(self) -> str:
@@ -64,7 +75,7 @@ class PluginSpec:
 
         return dict(asdict(self), domain_label=self.domain_label, qualified_op=self.qualified_op,
                     plugrt_version=__version__, api_version=API_VERSION,
-                    model_opset=1 if self.domain else 17)
+                    model_opset=self.opset if self.opset is not None else 1 if self.domain else 17)
 
 
 def plugin_spec(name: str, op_type: str, domain: str | None = None, kind: str = "pointwise") -> PluginSpec:
@@ -85,7 +96,7 @@ def plugin_spec(name: str, op_type: str, domain: str | None = None, kind: str = 
         raise PlugrtError(f"--op {op_type!r} would shadow a name the plugin module imports; choose another op type")
     given = domain is not None
     if domain is None:
-        domain = "com." + short.replace("-", "_")
+        domain = "" if kind == TACTIC else "com." + short.replace("-", "_")
     elif domain == "ai.onnx":
         domain = ""
     if domain and not _DOMAIN.fullmatch(domain):
@@ -107,6 +118,30 @@ def _snake(op_type: str) -> str:
     text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", op_type)
     text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
     return re.sub(r"_+", "_", text).lower()
+
+
+def check_registry(spec: PluginSpec, registry) -> PluginSpec:
+    """The spec checked against the installed plugins: a new op must be nobody's yet; a
+    tactic plugin's op must be installed, one-input, pointwise (the placeholder kernel wraps
+    its owner's scalar function) and take float32. Returns the spec with the opset its
+    tests import."""
+    if spec.kind != TACTIC:
+        check_not_provided(spec, registry)
+        return spec
+    ops = [op for op in registry.ops() if op.op_type == spec.op_type and op.domain == spec.domain]
+    if not ops:
+        raise PlugrtError(f"--kind tactic: no installed plugin provides op {spec.qualified_op}; a tactic plugin adds "
+                          "tactics to an op another plugin owns (plugrt plugins lists them)")
+    op = max(ops, key=lambda o: o.since_opset)
+    owner = registry.owner(op)
+    if POINTWISE not in op.groups or op.inputs[0] != 1 or np.dtype(np.float32) not in op.dtypes:
+        raise PlugrtError(f"--kind tactic: op {spec.qualified_op} (plugin {owner.name!r}) is not a one-input pointwise "
+                          "op on float32, which the template's placeholder kernel needs; pick such an op (Relu, "
+                          "Sigmoid, Tanh, ...) and write the kernel for yours from there")
+    opset = op.since_opset if spec.domain else max(17, op.since_opset)
+    if op.until_opset is not None:
+        opset = min(opset, op.until_opset)
+    return dataclasses.replace(spec, opset=opset)
 
 
 def check_not_provided(spec: PluginSpec, registry) -> None:
@@ -162,6 +197,8 @@ def render_plugin(spec: PluginSpec, dest: str | os.PathLike | None = None) -> li
             except jinja2.TemplateError as exc:
                 raise PlugrtError(f"the plugin template's {relative} does not render ({type(exc).__name__}: "
                                   f"{exc}); reinstall plugrt") from None
+            if not text.strip():
+                continue  # this kind has no use for the file
             path = staging / target
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)

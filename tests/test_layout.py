@@ -210,3 +210,14 @@ def test_core_names_no_onnx_op():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ops:
                 named.append(f"{path.relative_to(ROOT)}:{node.lineno} names {node.value!r}")
     assert not named, "the core must not name ONNX ops (the plugins' hooks say what it needs):\n" + "\n".join(named)
+
+
+def test_the_public_surface_is_documented_in_one_place():
+    import importlib
+
+    doc = (ROOT / "docs" / "PLUGIN_API.md").read_text()
+    missing = []
+    for module in PUBLIC_MODULES:
+        names = importlib.import_module(module).__all__
+        missing += [f"{module}.{name}" for name in names if f"`{name}`" not in doc and f"`{name}(" not in doc]
+    assert not missing, "docs/PLUGIN_API.md does not name: " + ", ".join(missing)

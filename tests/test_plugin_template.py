@@ -36,7 +36,7 @@ def _fresh_environment(path: Path) -> Path:
     # environment's own.
     own = path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     parents = [p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)]
-    (own / "_plugrt_parent_site.pth").write_text(f"import site; [site.addsitedir(p) for p in {parents!r}]\n")
+    (own / "_plugrt_parent_site.pth").write_text(f"import site; list(map(site.addsitedir, {parents!r}))\n")
     return path / "bin" / "python"
 
 
@@ -122,6 +122,33 @@ def test_custom_kind_installs_and_passes_its_tests(tmp_path, capsys):
     _run_its_tests(python, package)
 
 
+def test_tactic_kind_contributes_to_an_installed_op_and_passes_its_tests(tmp_path, capsys):
+    """--kind tactic: no op, a provider of more tactics for the built-in Sigmoid; installed
+    into a fresh environment, its tests (the conformance kit among them) pass."""
+    package = tmp_path / "plugrt-fast-sigmoid"
+    assert main(["new-plugin", "fast-sigmoid", "--op", "Sigmoid", "--kind", "tactic", "--dest", str(package)]) == 0
+    assert "created plugrt-fast-sigmoid (Sigmoid, tactic)" in capsys.readouterr().out
+    files = sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file())
+    assert files == ["README.md", "pyproject.toml", "src/plugrt_fast_sigmoid/__init__.py",
+                     "src/plugrt_fast_sigmoid/tactics.py", "tests/test_sigmoid.py"]
+    source = (package / "src/plugrt_fast_sigmoid/tactics.py").read_text()
+    assert 'domain = ""' in source and 'op_type = "Sigmoid"' in source
+    python = _fresh_environment(tmp_path / "venv")
+    _install(python, package)
+    _run_its_tests(python, package)
+    plugins = _run([python, "-m", "plugrt", "plugins"], cwd=tmp_path).stdout
+    assert "tactics for Sigmoid: grid_stride_t512, grid_stride_t128" in plugins
+
+
+@pytest.mark.parametrize("args, message", [
+    (["t", "--op", "NoSuchOp", "--kind", "tactic"], "no installed plugin provides op NoSuchOp"),
+    (["t", "--op", "MatMul", "--kind", "tactic"], "is not a one-input pointwise op on float32"),
+])
+def test_tactic_kind_needs_an_installed_pointwise_op(tmp_path, capsys, args, message):
+    assert main(["new-plugin", *args, "--dest", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_rendered_kernels_compile_for_a_gpu(tmp_path):
     """The simulator never types kernels: compile both kinds' kernels for sm_90, and keep
     float64 out of the float32 ones."""
@@ -129,12 +156,16 @@ def test_rendered_kernels_compile_for_a_gpu(tmp_path):
 
     render_plugin(plugin_spec("typing-p", "TypingP"), tmp_path / "p")
     render_plugin(plugin_spec("typing-c", "TypingC", kind="custom"), tmp_path / "c")
-    pointwise, custom = tmp_path / "p" / "src", tmp_path / "c" / "src"
+    render_plugin(plugin_spec("typing-t", "Relu", domain="ai.onnx", kind="tactic"), tmp_path / "t")
+    pointwise, custom, tactic = (tmp_path / kind / "src" for kind in "pct")
     failures = compile_kernels(f"""
         import sys
-        sys.path[:0] = [{str(pointwise)!r}, {str(custom)!r}]
+        sys.path[:0] = [{str(pointwise)!r}, {str(custom)!r}, {str(tactic)!r}]
         from plugrt_typing_p import kernels as pk
         from plugrt_typing_c import kernels as ck
+        from plugrt_typing_t import tactics as tk
+        fn = pk.scalar_function(np.dtype(np.float32), 0.5)
+        check("tactic grid_stride", tk._kernel(fn), [arr(np.float32), arr(np.float32)], f64_free=True)
         for dt in (np.float32, np.float64):
             fn = pk.scalar_function(np.dtype(dt), 0.5)
             check(f"direct {{dt.__name__}}", pk._direct_kernel(fn), [arr(dt), arr(dt)], f64_free=dt is np.float32)

@@ -7,18 +7,20 @@ rewrites the graph in place and returns how many rewrites it made (0: nothing to
 
 Order, and why:
 
-1. cleanup: constant folding (shape computations included), no-op removal, pairs of
-   layout ops that cancel or merge, common subexpressions, dead code;
-2. fusion that changes what ops the graph holds: scales (BatchNormalization, Mul/Add by
-   a constant) folded into anchor weights, then primitive-op patterns replaced by fused
-   ops (LayerNorm, Softmax, GELU), then the plugins' passes (same rule: a pattern rewrite
-   to a plugin's op), lowest ``priority`` first, then plugin name, then pass name. A node
-   one pass has rewritten is not there for a later pass to match: the first wins;
+1. cleanup: constant folding (shape computations included), no-op removal, the plugins'
+   cleanup passes (the built-in shape family's: pairs of layout ops that cancel or merge),
+   common subexpressions, dead code;
+2. fusion that changes what ops the graph holds: scales (an op's ``as_scale``) folded
+   into anchor weights, then the plugins' fusion passes (primitive-op patterns replaced
+   by a plugin's op: the built-ins' LayerNorm, Softmax and GELU recognizers, a contrib
+   plugin's attention), lowest ``priority`` first, then plugin name, then pass name. A
+   node one pass has rewritten is not there for a later pass to match: the first wins;
 3. fusion into generated kernels: epilogues onto anchors, then chains of pointwise ops;
 4. dead code again.
 
 ``--no-fusion`` (``BuilderConfig.fusion = False``) skips groups 2 and 3;
-``--disable-pass NAME`` skips one pass (a plugin's pass is named ``plugin:pass``).
+``--disable-pass NAME`` skips one pass (a plugin's pass is named ``plugin:pass``; its bare
+``pass`` name works too where no other pass has it).
 """
 
 from __future__ import annotations
@@ -65,18 +67,16 @@ class PassResult:
                 "rewrites": self.rewrites}
 
 
-#: (module name, group), in order. ``None`` marks where the plugins' passes run.
+#: (module name, group), in order; a bare group name marks where the plugins' passes of
+#: that stage run.
 PIPELINE: tuple = (
     ("fold_constants", CLEANUP),
     ("remove_noops", CLEANUP),
-    ("simplify_pairs", CLEANUP),
+    CLEANUP,
     ("eliminate_common_subexpressions", CLEANUP),
     ("eliminate_dead_code", CLEANUP),
     ("fold_scales", FUSION),
-    ("fuse_layernorm", FUSION),
-    ("fuse_softmax", FUSION),
-    ("fuse_gelu", FUSION),
-    None,
+    FUSION,
     ("eliminate_dead_code", CLEANUP),
     ("fuse_epilogues", FUSION),
     ("fuse_pointwise", FUSION),
@@ -85,16 +85,16 @@ PIPELINE: tuple = (
 
 
 def core_pass_names() -> list[str]:
-    return sorted({entry[0] for entry in PIPELINE if entry is not None})
+    return sorted({entry[0] for entry in PIPELINE if isinstance(entry, tuple)})
 
 
 def pipeline(registry) -> list[PassEntry]:
     """The passes in the order they run, the registry's plugin passes included."""
     entries = []
     for step in PIPELINE:
-        if step is None:
-            for owner, graph_pass in registry.passes():
-                entries.append(PassEntry(f"{owner}:{graph_pass.name}", FUSION, graph_pass.run, owner))
+        if isinstance(step, str):
+            for owner, graph_pass in registry.passes(step):
+                entries.append(PassEntry(f"{owner}:{graph_pass.name}", step, graph_pass.run, owner))
             continue
         name, group = step
         module = importlib.import_module(f"plugrt.passes.{name}")
@@ -109,7 +109,7 @@ def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str
         graph (named, with the problem).
     """
     entries = pipeline(registry)
-    disabled = set(disabled)
+    disabled = {_full_name(entries, name) for name in disabled}
     unknown = disabled - {e.name for e in entries}
     if unknown:
         known = ", ".join(sorted({e.name for e in entries}))
@@ -135,3 +135,12 @@ def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str
         log.info("pass %-32s %4d -> %4d nodes (%d rewrites, %.3f s)", entry.name, before, len(graph.nodes),
                  rewrites, seconds)
     return results
+
+
+def _full_name(entries: list[PassEntry], name: str) -> str:
+    """``name`` as the pipeline names it: a plugin pass's bare name stands for
+    ``plugin:name`` where exactly one plugin has a pass of that name."""
+    if any(entry.name == name for entry in entries):
+        return name
+    owners = {entry.name for entry in entries if entry.plugin and entry.name.split(":", 1)[1] == name}
+    return owners.pop() if len(owners) == 1 else name

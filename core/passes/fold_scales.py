@@ -14,7 +14,7 @@ until nothing folds, so Conv -> BatchNormalization -> Mul -> Add becomes one Con
 
 from __future__ import annotations
 
-from plugrt.ir.graph import Graph, Node
+from plugrt.ir.graph import Graph, Node, origin_of
 from plugrt.ir.infer import infer_node
 from plugrt.passes import rewrite
 
@@ -66,7 +66,7 @@ def _apply(graph: Graph, registry, node: Node, anchor: Node, folded: dict) -> bo
         inputs.extend([""] * (index + 1 - len(inputs)))
         base = anchor.inputs[index] if index < len(anchor.inputs) and anchor.inputs[index] else f"{anchor.name}_in{index}"
         inputs[index] = rewrite.add_constant(graph, f"{base}_folded", folded[index])
-    replacement = anchor.replace(inputs=tuple(inputs), origin=rewrite.origin_of([anchor, node]))
+    replacement = anchor.replace(inputs=tuple(inputs), origin=origin_of([anchor, node]))
     rewrite.replace_node(graph, anchor, replacement)
     rewrite.remove_nodes(graph, [node])
     infer_node(graph, registry, replacement)  # the next scale node reads this type

@@ -40,6 +40,12 @@ For every op and every example, six checks run (:data:`CHECKS`):
 - ``pickle``: nothing calls pickle (it is patched to raise), and no plan or plugin data
   holds a pickle stream.
 
+A tactic plugin (``plugrt_tactics``, :class:`~plugrt.plugin.TacticProvider`) is checked the
+same way on its own examples (or, when it claims none, the owner's) with the ``tactics``,
+``guards``, ``plan`` and ``pickle`` checks: its tactics against the owner's reference,
+the plan recording and requiring the contributor. ``check_plugin("dist")`` works for a
+distribution that provides only tactics.
+
 An op with no examples fails the ``claims`` check. :func:`check_plugin` returns a
 :class:`ConformanceReport` (``as_json()``) or raises one :class:`ConformanceError` (an
 ``AssertionError``) listing every failure with op, example, check, tactic and a fix.
