@@ -200,12 +200,13 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
         context.stream.synchronize()
         result[f"{name}_ms"] = time_cuda(lambda: context.enqueue(), context.stream.synchronize)
         if name == "cold":
-            result["layers"] = [{"name": layer["name"][:40], "tactic": layer["tactic"], "time_ms": layer.get("time_ms"),
-                                 "runner_up": layer.get("runner_up")} for layer in engine.inspect()["layers"]]
+            result["layers"] = [{"name": layer["name"][:40], "op": layer["op"], "tactic": layer["tactic"],
+                                 "time_ms": layer.get("time_ms"), "runner_up": layer.get("runner_up"),
+                                 "tactic_provider": layer.get("tactic_provider")} for layer in engine.inspect()["layers"]]
     return result
 
 
-PARTS = ("chain", "gemm", "conv", "attention", "tuning", "models", "gemm_variants")
+PARTS = ("chain", "gemm", "conv", "attention", "pool", "tuning", "models", "gemm_variants")
 
 
 def main() -> int:
@@ -237,6 +238,8 @@ def main() -> int:
             report["attention"] = guarded(lambda: __import__("attention_bench").attention_benchmark())
         elif part == "gemm_variants":
             report["gemm_variants"] = guarded(lambda: __import__("gemm_diag").variants_benchmark())
+        elif part == "pool":
+            report["pool"] = guarded(lambda: __import__("pool_bench").pool_benchmark(args.out))
         elif part == "conv":
             report["conv"] = guarded(lambda: __import__("conv_bench").conv_benchmark())
         save()
@@ -312,7 +315,12 @@ def print_part(part: str, report: dict) -> None:
                   f"{tuning['cold_ms']:.2f} ms; build cold {tuning['cold_build_s']:.1f} s, warm cache "
                   f"{tuning['warm_build_s']:.1f} s (level 0: {tuning['heuristic_build_s']:.1f} s); warm plan identical: "
                   f"{tuning['warm_plan_identical']}")
-    elif part in ("gemm", "conv", "attention", "gemm_variants"):
+            for layer in tuning.get("layers", []):
+                if layer.get("tactic_provider"):
+                    print(f"   {layer['name']} ({layer['op']}): {layer['tactic']} from "
+                          f"{layer['tactic_provider']['distribution']}, {layer['time_ms']} ms; runner-up "
+                          f"{(layer.get('runner_up') or {}).get('name')} {(layer.get('runner_up') or {}).get('time_ms')} ms")
+    elif part in ("gemm", "conv", "attention", "gemm_variants", "pool"):
         entry = report["sgemm" if part == "gemm" else part]
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")

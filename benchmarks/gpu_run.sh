@@ -21,5 +21,5 @@ if [ "$TESTS" != "none" ]; then
   tail -3 "$OUT/pytest.log"
 fi
 if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
-  timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-400}" python3 benchmarks/gpu_run.py --out "$OUT" --parts "${PLUGRT_GPU_PARTS:-chain,gemm,conv,attention,tuning,models}" 2>&1 | tail -60
+  timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-400}" python3 benchmarks/gpu_run.py --out "$OUT" --parts "${PLUGRT_GPU_PARTS:-chain,gemm,conv,attention,pool,tuning,models}" 2>&1 | tail -60
 fi

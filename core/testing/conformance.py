@@ -167,7 +167,7 @@ def resolve_target(target, registry=None) -> tuple[object, list[tuple[str, OpPlu
         return known, _subjects(known, [record])
     if isinstance(target, str):
         return _by_name(target, registry)
-    if isinstance(target, (types.ModuleType, type)) or hasattr(target, "plugrt_ops") or hasattr(target, "plugrt_tactics"):
+    if isinstance(target, (types.ModuleType, type)) or any(hasattr(target, h) for h in ("plugrt_ops", "plugrt_tactics")):
         known = registry if registry is not None else default_registry()
         for name in known.plugins:
             if known.pm.get_plugin(name) is target:
@@ -198,9 +198,11 @@ def _by_name(name: str, registry) -> tuple[object, list]:
         if records:
             return known, _subjects(known, records)
         failed = [f for f in known.failures if name in (f.name, f.distribution)]
-        if failed:
+        if failed and registry is not None:
             raise PlugrtError(f"plugin {name!r} is installed but failed to load: {failed[0].error}")
-    if registry is None:  # maybe left out by PLUGRT_PLUGINS or PLUGRT_DISABLE_PLUGIN_AUTOLOAD
+    # Maybe left out by PLUGRT_PLUGINS or PLUGRT_DISABLE_PLUGIN_AUTOLOAD, or refused beside another
+    # plugin that provides the same op: load it alone.
+    if registry is None:
         loaded = Registry.load(allow=[name])
         records = [r for r in loaded.plugins.values() if name in (r.name, r.distribution)]
         if records:

@@ -39,8 +39,9 @@ import numpy as np
 from plugrt.errors import ModelError, PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.tensor import TensorInfo
-from plugrt.tactic import MATH_KINDS, Tactic, uses_tf32
+from plugrt.tactic import Tactic, uses_tf32
 from plugrt.testing.comparison import canonical_json, compare, json_problems, json_round_trip, same_bytes
+from plugrt.testing.declarations import declaration_failures, declared_well
 from plugrt.testing.epilogue import Variant, epilogue_variants
 from plugrt.testing.guards import run_guarded
 from plugrt.testing.pickle_guard import PickleGuard, find_pickles, plan_pickles
@@ -265,7 +266,7 @@ class ExampleRun:
             failures.append(self.failure("tactics", "the plugin claims this example but offers no CUDA tactic "
                                          "for it", "return a Tactic from tactics() for these inputs, or drop the example"))
         runnable = [t for t in found if self.declared_well(t, failures)]
-        failures += self._tactic_declarations(runnable)
+        failures += declaration_failures(self, runnable)
         self._memo["tactics"] = (runnable, failures)
         return runnable, failures
 
@@ -281,46 +282,7 @@ class ExampleRun:
 
     def declared_well(self, tactic, failures: list) -> bool:
         """Whether the kit can run ``tactic`` at all (a name, a params mapping, a workspace size)."""
-        ws = tactic.workspace_bytes
-        label = str(tactic.name)
-        if not isinstance(tactic.name, str) or not tactic.name:
-            failures.append(self.failure("tactics", f"a tactic is named {tactic.name!r}", "name it with a str",
-                                         label))
-        elif not isinstance(tactic.params, Mapping):
-            failures.append(self.failure("tactics", f"params is a {type(tactic.params).__name__}",
-                                         "give params as a dict", label))
-        elif isinstance(ws, bool) or not isinstance(ws, (int, np.integer)) or ws < 0:
-            failures.append(self.failure("tactics", f"workspace_bytes is {ws!r}", "declare a non-negative int",
-                                         label))
-        else:
-            return True
-        return False
-
-    def _tactic_declarations(self, tactics: list) -> list[Failure]:
-        failures = []
-        names = [t.name for t in tactics]
-        for name in sorted({n for n in names if names.count(n) > 1}):
-            failures.append(self.failure("tactics", f"{names.count(name)} tactics are named {name!r}",
-                                         "give every tactic of a node a unique name (plans record it)", name))
-        if self.provider is not None:
-            declared = tuple(self.provider[0].tactic_names)
-            for name in sorted({n for n in names if n not in declared}):
-                failures.append(self.failure("tactics", f"tactic {name!r} is not among the provider's tactic_names "
-                                             f"{declared!r}", "list every tactic it offers in tactic_names", name))
-        for tactic in tactics:
-            problems = json_problems(dict(tactic.params), "params")
-            if problems:
-                failures.append(self.failure("tactics", f"parameters are not JSON-safe: {'; '.join(problems)}",
-                                             "use str, int, float, bool, None, lists and dicts with str keys",
-                                             tactic.name))
-            elif json_round_trip(dict(tactic.params)) != dict(tactic.params):
-                failures.append(self.failure("tactics", f"parameters {dict(tactic.params)!r} change through JSON "
-                                             f"(to {json_round_trip(dict(tactic.params))!r}), so a plan cannot "
-                                             "find this tactic again by them", "use lists, not tuples", tactic.name))
-            if tactic.math not in MATH_KINDS:
-                failures.append(self.failure("tactics", f"math is {tactic.math!r}",
-                                             f"use one of {', '.join(map(repr, MATH_KINDS))}", tactic.name))
-        return failures
+        return declared_well(self, tactic, failures)
 
     def variants(self) -> tuple[list[Variant], list[Failure]]:
         """What the tactics and guards checks run: every tactic on the example, and for an
