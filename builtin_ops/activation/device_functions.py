@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import jit
-from plugrt_builtin_ops.elementwise_kernels import maximum, minimum, scalar_type
+from plugrt_builtin_ops.common.scalars import maximum, minimum, scalar_type
 
 
 def _integral_limit(t):

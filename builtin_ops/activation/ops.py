@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, POINTWISE, Attr, Example, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import activation_kernels
+
+from . import device_functions
 
 _SIGNED = FLOAT_DTYPES | {np.dtype(t) for t in ("int8", "int16", "int32", "int64")}
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -25,7 +25,7 @@ class UnaryOp(OpPlugin):
 
     Subclasses implement :meth:`compute` on a NumPy array (computing in float64 where
     precision matters and casting back). Their CUDA tactic is the pointwise kernel of
-    :func:`activation_kernels.device_function`, which takes the op's attribute values in
+    :func:`device_functions.device_function`, which takes the op's attribute values in
     declaration order.
     """
 
@@ -45,7 +45,7 @@ class UnaryOp(OpPlugin):
 
     def pointwise(self, node, inputs):
         params = tuple(node.attrs[a.name] for a in self.attributes)
-        return activation_kernels.device_function(self.op_type, inputs[0].dtype, params)
+        return device_functions.device_function(self.op_type, inputs[0].dtype, params)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -147,7 +147,7 @@ class ThresholdedRelu(UnaryOp):
     def pointwise(self, node, inputs):
         # The reference compares in x's dtype (alpha is a weak Python scalar): round alpha so.
         alpha = np.asarray(node.attrs["alpha"], dtype=inputs[0].dtype).item()
-        return activation_kernels.device_function(self.op_type, inputs[0].dtype, (alpha,))
+        return device_functions.device_function(self.op_type, inputs[0].dtype, (alpha,))
 
 
 class Gelu(UnaryOp):
@@ -335,7 +335,7 @@ class Clip(UnaryOp):
             params = (False, False, low, high)
         else:
             params = (optional(inputs, 1) is not None, optional(inputs, 2) is not None)
-        return activation_kernels.device_function("Clip", dtype, params)
+        return device_functions.device_function("Clip", dtype, params)
 
 
 class PRelu(OpPlugin):
@@ -355,7 +355,7 @@ class PRelu(OpPlugin):
         return [np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)]
 
     def pointwise(self, node, inputs):
-        return activation_kernels.device_function("PRelu", inputs[0].dtype)
+        return device_functions.device_function("PRelu", inputs[0].dtype)
 
 
 OPS = (
@@ -363,12 +363,3 @@ OPS = (
     ThresholdedRelu, Gelu, Erf, Softplus, Softsign, Mish, Exp, Log, Sqrt, Reciprocal,
     Neg, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Clip,
 )
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [op() for op in OPS]

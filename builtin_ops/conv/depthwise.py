@@ -8,7 +8,7 @@ span once (``(tw - 1) * sw + (kw - 1) * dw + 1`` values) into registers, so a 3x
 stride-1 window with ``tw = 4`` reads 6 inputs per window row instead of 12.
 
 The window geometry (kernel, stride, dilation) is compiled in, so the loops unroll; sizes
-and pads come from the 2-D table of :mod:`conv_kernels` (a 1-D node runs with H = 1).
+and pads come from the 2-D table of :mod:`.geometry` (a 1-D node runs with H = 1).
 The epilogue (:class:`plugrt.kernels.Epilogue`) is applied at the store, once per output.
 """
 
@@ -22,7 +22,7 @@ from numba import int64
 from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
-from plugrt_builtin_ops.conv_kernels import (
+from .geometry import (
     G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W,
     ConvGeometry, bias_or_dummy, compute_type, geometry_2d,
 )

@@ -7,23 +7,28 @@
   window walked by nested loops; ConvTranspose's fast path, and Conv's for depthwise and
   small-group convolutions, where an implicit GEMM's channel tile would be mostly empty.
 
-Geometry travels in one small int64 device table per node, so one compiled kernel serves
-every shape and attribute (kernels are compiled per epilogue function, which every tactic
-applies at its store: ``y[i] = fn(value, i, operands)``, see :class:`plugrt.kernels.Epilogue`). float16 loads widen to float32 and accumulate in float32;
-float64 accumulates in float64. The implicit-GEMM tactic lives in
-:mod:`conv_gemm_kernels`.
+Geometry travels in one small int64 device table per node (:func:`geometry_table`, or
+:func:`.geometry.geometry_2d` for ``direct2d``), so one compiled kernel serves every shape
+and attribute (kernels are compiled per epilogue function, which every tactic applies at
+its store: ``y[i] = fn(value, i, operands)``, see :class:`plugrt.kernels.Epilogue`).
+float16 loads widen to float32 and accumulate in float32; float64 accumulates in float64.
+The implicit-GEMM tactic lives in :mod:`.implicit_gemm`.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, float64, int64
+from numba import int64
 
 from plugrt.kernels import Epilogue, c_strides, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
+
+from .geometry import (
+    G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W,
+    ConvGeometry, bias_or_dummy, compute_type, geometry_2d,
+)
 
 #: The most spatial dims the ``direct`` kernels take (their per-thread coordinate array).
 MAX_RANK = 8
@@ -34,40 +39,6 @@ _HEADER = 6
 _IN, _KERNEL, _OUT, _STRIDE, _DILATION, _PAD, _IN_STRIDE = range(7)
 
 
-@dataclass(frozen=True)
-class ConvGeometry:
-    """One Conv or ConvTranspose node at concrete shapes.
-
-    ``in_channels`` is X's C and ``out_channels`` Y's; ``pads`` are the begin pads of the
-    effective padding (auto_pad and output_shape already applied; may be negative).
-    """
-
-    batch: int
-    in_channels: int
-    out_channels: int
-    group: int
-    in_spatial: tuple
-    kernel: tuple
-    out_spatial: tuple
-    strides: tuple
-    dilations: tuple
-    pads: tuple
-    transposed: bool = False
-
-    @property
-    def rank(self) -> int:
-        return len(self.in_spatial)
-
-    @property
-    def out_size(self) -> int:
-        return self.batch * self.out_channels * int(np.prod(self.out_spatial, dtype=np.int64))
-
-
-def compute_type(dtype):
-    """The numba type a kernel over ``dtype`` storage accumulates in."""
-    return float64 if np.dtype(dtype) == np.float64 else float32
-
-
 def geometry_table(geo: ConvGeometry) -> np.ndarray:
     """The int64 table of the ``direct`` kernels: header, then one row per attribute."""
     r = geo.rank
@@ -76,11 +47,6 @@ def geometry_table(geo: ConvGeometry) -> np.ndarray:
     rows = [geo.in_spatial, geo.kernel, geo.out_spatial, geo.strides, geo.dilations, geo.pads,
             c_strides(geo.in_spatial)]
     return np.concatenate([np.asarray(head, np.int64)] + [np.asarray(row, np.int64).reshape(r) for row in rows])
-
-
-def bias_or_dummy(bias, dtype):
-    """The bias device array, or a one-element stand-in when the node has none."""
-    return flat(bias) if bias is not None else to_device(np.zeros(1, dtype))
 
 
 # --------------------------------------------------------------------------- kernels
@@ -150,27 +116,6 @@ def direct_kernel(acc, transposed: bool, epilogue_fn):
             y[i] = epilogue_fn(total, int64(i), operands)
 
     return conv
-
-
-# Scalar geometry of the 2-D kernels (1-D runs as H = 1).
-(G2_N, G2_C, G2_H, G2_W, G2_M, G2_CG, G2_MG, G2_OH, G2_OW, G2_KH, G2_KW,
- G2_SH, G2_SW, G2_DH, G2_DW, G2_PH, G2_PW) = range(17)
-
-
-def geometry_2d(geo: ConvGeometry) -> np.ndarray:
-    """The int64 scalar table of the 2-D kernels; a 1-D node gets a unit H axis."""
-    def pad2(values, fill):
-        values = tuple(int(v) for v in values)
-        return ((fill,) + values) if len(values) == 1 else values
-
-    h, w = pad2(geo.in_spatial, 1)
-    oh, ow = pad2(geo.out_spatial, 1)
-    kh, kw = pad2(geo.kernel, 1)
-    sh, sw = pad2(geo.strides, 1)
-    dh, dw = pad2(geo.dilations, 1)
-    ph, pw = pad2(geo.pads, 0)
-    return np.asarray([geo.batch, geo.in_channels, h, w, geo.out_channels, geo.in_channels // geo.group,
-                       geo.out_channels // geo.group, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw], np.int64)
 
 
 @functools.lru_cache(maxsize=None)

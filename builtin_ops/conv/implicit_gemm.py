@@ -35,7 +35,7 @@ from plugrt.device import simulated
 from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, no_epilogue, to_device
 from plugrt.tactic import Launch, Tactic
 
-from plugrt_builtin_ops.conv_kernels import (
+from .geometry import (
     G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH,
     G2_SW, G2_W, ConvGeometry, bias_or_dummy, geometry_2d,
 )

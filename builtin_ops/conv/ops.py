@@ -11,15 +11,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from plugrt import ShapeError, hookimpl
+from plugrt import ShapeError
 from plugrt.ir import dims
 from plugrt.kernels import no_epilogue
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import conv_depthwise_kernels, conv_gemm_kernels, conv_kernels, conv_tf32
-from plugrt_builtin_ops.elementwise import vector_along
+from plugrt_builtin_ops.common.scale_folding import vector_along
 
-#: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
-GEMM_MIN_CHANNELS = 8
+from .direct import MAX_RANK
+from .geometry import ConvGeometry
+from .tactics import conv_tactics, conv_transpose_tactics
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -121,16 +121,16 @@ class _ConvBase(OpPlugin):
         dilations = _spatial_ints(node, "dilations", node.attrs["dilations"], rank, 1)
         return strides, dilations
 
-    def _kernel_geometry(self, node, inputs, outputs) -> conv_kernels.ConvGeometry:
+    def _kernel_geometry(self, node, inputs, outputs) -> ConvGeometry:
         """The node at concrete shapes, as the kernels take it."""
         x, w, y = inputs[0], inputs[1], outputs[0]
         rank = x.rank - 2
-        if rank > conv_kernels.MAX_RANK:
+        if rank > MAX_RANK:
             raise self.unsupported(node, f"{rank} spatial dims on the GPU",
-                                   f"the CUDA kernels take up to {conv_kernels.MAX_RANK}")
+                                   f"the CUDA kernels take up to {MAX_RANK}")
         strides, dilations = self._params(node, rank)
         geometry = self._geometry(node, x.shape[2:], w.shape[2:])
-        return conv_kernels.ConvGeometry(
+        return ConvGeometry(
             batch=int(x.shape[0]), in_channels=int(x.shape[1]), out_channels=int(y.shape[1]),
             group=int(node.attrs["group"]), in_spatial=tuple(int(d) for d in x.shape[2:]),
             kernel=tuple(int(d) for d in w.shape[2:]), out_spatial=tuple(int(d) for d in y.shape[2:]),
@@ -240,33 +240,10 @@ class Conv(_ConvBase):
         return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
 
     def tactics(self, node, inputs, outputs, epilogue=None):
-        """Every tactic that fits the node, best guess first; each applies ``epilogue`` at
-        its final store.
-
-        1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
-        without padding, else the implicit GEMM; one per tile, with and without a K split,
-        in :func:`conv_gemm_kernels.gemm_tactics`' estimated order); float32 ones also the
-        TF32 tensor-core tactics (:mod:`conv_tf32`), last. Depthwise nodes (one
-        input channel per group) get the depthwise tactics, any 1-D/2-D node the direct 2-D
-        kernel. With few output channels per group the GEMM's channel tile would be mostly
-        empty, so the depthwise and direct 2-D kernels lead there. The N-d direct kernel
-        comes after those, then the TF32 ones."""
+        """Every tactic that fits the node, best guess first (:func:`.tactics.conv_tactics`);
+        each applies ``epilogue`` at its final store."""
         geo = self._kernel_geometry(node, inputs, outputs)
-        dtype = inputs[0].dtype
-        epilogue = epilogue or no_epilogue(len(node.inputs))
-        found = []
-        if geo.rank <= 2:
-            gemm = conv_gemm_kernels.gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
-            depthwise = conv_depthwise_kernels.depthwise_tactics(geo, dtype, epilogue)
-            direct2d = [conv_kernels.direct2d_tactic(geo, dtype, epilogue)]
-            if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
-                found += gemm + depthwise + direct2d
-            else:
-                found += depthwise + direct2d + gemm
-        found.append(conv_kernels.direct_tactic(geo, dtype, epilogue))
-        # TF32 tensor cores last: not yet measured on the H200, so only the tuner's highest
-        # level (which times every tactic, after verifying it) considers them.
-        return found + conv_tf32.conv_tf32_tactics(geo, dtype, epilogue)
+        return conv_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)))
 
 
 class ConvTranspose(_ConvBase):
@@ -377,22 +354,10 @@ class ConvTranspose(_ConvBase):
         return (w.reshape(group, c // group, mg, *w.shape[2:]) * per_channel).reshape(w.shape)
 
     def tactics(self, node, inputs, outputs, epilogue=None):
-        """The direct 2-D kernel for 1-D/2-D nodes, then the N-d direct kernel; both apply
-        ``epilogue`` at their store."""
+        """The direct kernels (:func:`.tactics.conv_transpose_tactics`); each applies
+        ``epilogue`` at its store."""
         geo = self._kernel_geometry(node, inputs, outputs)
-        dtype = inputs[0].dtype
-        epilogue = epilogue or no_epilogue(len(node.inputs))
-        found = [conv_kernels.direct2d_tactic(geo, dtype, epilogue)] if geo.rank <= 2 else []
-        return found + [conv_kernels.direct_tactic(geo, dtype, epilogue)]
+        return conv_transpose_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)))
 
 
-OPS = [Conv, ConvTranspose]
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]
+OPS = (Conv, ConvTranspose)

@@ -1,14 +1,15 @@
 """The TF32 tensor-core tactic of Conv (float32, one or two spatial dims, ``math="tf32"``).
 
-The same implicit GEMM as :mod:`plugrt_builtin_ops.conv_gemm_kernels` (``Y[m, p] = sum_k
-W[m, k] * X_col[k, p]`` per group, X_col gathered from X through the K table, never
-built), with the block tile ``bm x bn`` (output channels x output pixels) computed by
-``wm x wn`` warps of ``mi x ni`` ``mma.sync.m16n8k8`` tiles, as the TF32 GEMM does
-(:mod:`plugrt_builtin_ops.gemm_tf32`): both operand tiles are staged k-major in shared
-memory, rounded to TF32 once as they are staged, and each warp multiplies its fragments
-with the GEMM's warp step (the scalar emulation of it in the simulator). The output tile
-then goes through shared memory to stores of consecutive pixels with the bias and the
-fused epilogue, or, with K split, as partial sums for :func:`conv_gemm_kernels.split_sum_kernel`.
+The same implicit GEMM as :mod:`.implicit_gemm` (``Y[m, p] = sum_k W[m, k] * X_col[k, p]``
+per group, X_col gathered from X through the K table, never built), with the block tile
+``bm x bn`` (output channels x output pixels) computed by ``wm x wn`` warps of ``mi x ni``
+``mma.sync.m16n8k8`` tiles, as the TF32 GEMM does (:mod:`plugrt_builtin_ops.matmul.tf32`):
+both operand tiles are staged k-major in shared memory, rounded to TF32 once as they are
+staged, and each warp multiplies its fragments with the GEMM's warp step
+(:mod:`plugrt_builtin_ops.matmul.mma_sync`; the scalar emulation of it in the simulator).
+The output tile then goes through shared memory to stores of consecutive pixels with the
+bias and the fused epilogue, or, with K split, as partial sums for
+:func:`.implicit_gemm.split_sum_kernel`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from numba import float32, int64
 from plugrt.device import simulated
 from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue, round_tf32, tf32_mma
 from plugrt.tactic import Tactic
-from plugrt_builtin_ops.conv_gemm_kernels import (
-    GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, is_pointwise,
-)
-from plugrt_builtin_ops.conv_kernels import (
+from plugrt_builtin_ops.matmul.mma_sync import accumulator_stager, warp_mma_for
+from plugrt_builtin_ops.matmul.tf32 import PAD, Tf32Config
+
+from .geometry import (
     G2_C, G2_CG, G2_H, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W, ConvGeometry,
 )
-from plugrt_builtin_ops.gemm_tf32 import PAD, Tf32Config, accumulator_stager, warp_mma_for
+from .implicit_gemm import (
+    GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, is_pointwise,
+)
 
 #: Tiles offered on a GPU: 8 warps, 128 output channels x 64 pixels or 64 x 128, K step 16
 #: (254 registers, no spills for sm_90; 128 x 128 spills 264 bytes a thread). The
@@ -51,7 +54,7 @@ def check(config: Tf32Config) -> None:
 
 @functools.lru_cache(maxsize=None)
 def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated: bool | None = None):
-    """The kernel, with :func:`conv_gemm_kernels.gemm_kernel`'s arguments and grid."""
+    """The kernel, with :func:`.implicit_gemm.gemm_kernel`'s arguments and grid."""
     check(config)
     emulated = simulated() if emulated is None else bool(emulated)
     BM, BN, BK, MI, NI, WN, NT = config.bm, config.bn, config.bk, config.mi, config.ni, config.wn, config.threads
@@ -163,7 +166,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
 def conv_tf32_tactic(geo: ConvGeometry, config: Tf32Config, splits: int | None = None,
                      epilogue: Epilogue | None = None, emulated: bool | None = None) -> Tactic:
     """One TF32 tactic of a float32 Conv (``math="tf32"``); ``splits`` as
-    :func:`conv_gemm_kernels.gemm_tactic`'s."""
+    :func:`.implicit_gemm.gemm_tactic`'s."""
     check(config)
     epilogue = epilogue or no_epilogue(3)
     pointwise = is_pointwise(geo)

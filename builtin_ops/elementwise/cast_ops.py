@@ -1,18 +1,19 @@
 """Cast and CastLike between the dtypes NumPy handles natively (bool, integers, float16/32/64).
 
-Their CUDA tactic is the toolkit's pointwise kernel: its store converts, so the device
-function is the identity except for casts to bool (see :func:`elementwise_kernels.cast`).
+Their CUDA tactic is the toolkit's pointwise kernel with Cast's device function
+(:func:`.device_functions.cast`), which converts explicitly, so the value stays exact
+inside a fused chain too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.kernels import pointwise_tactic
 from plugrt.plugin import POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo
-from plugrt_builtin_ops import elementwise_kernels
-from plugrt_builtin_ops.elementwise import BOOL, require_inputs
+
+from . import device_functions
+from .ops import BOOL, require_inputs
 
 #: TensorProto.DataType values of the dtypes NumPy handles natively (Cast's ``to``).
 ONNX_DTYPES = {
@@ -77,7 +78,7 @@ class Cast(CastBase):
         return 0 if ONNX_DTYPES[node.attrs["to"]] == inputs[0].dtype else None
 
     def pointwise(self, node, inputs):
-        return elementwise_kernels.cast(inputs[0].dtype, ONNX_DTYPES[node.attrs["to"]])
+        return device_functions.cast(inputs[0].dtype, ONNX_DTYPES[node.attrs["to"]])
 
 
 class CastLike(CastBase):
@@ -98,14 +99,8 @@ class CastLike(CastBase):
 
     def tactics(self, node, inputs, outputs):
         # target_type only lends its dtype: the kernel must not read (or broadcast) it.
-        fn = elementwise_kernels.cast(inputs[0].dtype, inputs[1].dtype)
+        fn = device_functions.cast(inputs[0].dtype, inputs[1].dtype)
         return [pointwise_tactic(fn, [inputs[0], None], outputs[0])]
 
 
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Cast(), CastLike()]
+OPS = (Cast, CastLike)

@@ -2,13 +2,14 @@
 pointwise kernel (see :func:`plugrt.kernels.pointwise_tactic`).
 
 Each factory is cached on hashable dtypes and attribute values, so equal nodes share
-one device function (and so one compiled kernel). A function computes in
-:func:`scalar_type` of its inputs: float16 arrives widened to float32, float64 stays
-float64, integers stay in their own type. Constants are NumPy scalars of that type, so
-a GPU build never promotes fp32 math to fp64. Integer results are converted back to
-their type with ``t(...)`` (Numba computes small integers in 64 bits): the value then
-wraps as NumPy's does, inside a fused chain too, and the CUDA simulator, which stores
-through NumPy, wraps as the GPU does.
+one device function (and so one compiled kernel). A function computes in the scalar type
+of its inputs (:func:`plugrt_builtin_ops.common.scalars.scalar_type`): float16 arrives
+widened to float32, float64 stays float64, integers stay in their own type. Constants are
+NumPy scalars of that type, so a GPU build never promotes fp32 math to fp64. Integer
+results are converted back to their type with ``t(...)`` (Numba computes small integers
+in 64 bits): the value then wraps as NumPy's does, inside a fused chain too, and the CUDA
+simulator, which stores through NumPy, wraps as the GPU does. Cast's device function is
+:func:`cast`.
 """
 
 from __future__ import annotations
@@ -19,26 +20,9 @@ import math
 import numpy as np
 
 from plugrt.kernels import jit
+from plugrt_builtin_ops.common.scalars import maximum, minimum, scalar_type
 
 BOOL = np.dtype(bool)
-
-
-def scalar_type(dtype) -> type:
-    """The NumPy scalar type a pointwise function sees and computes ``dtype`` in."""
-    dtype = np.dtype(dtype)
-    return np.float32 if dtype == np.float16 else dtype.type
-
-
-@jit(device=True)
-def maximum(a, b):
-    """``np.maximum`` of two scalars: a NaN in either propagates."""
-    return a if (a >= b or a != a) else b
-
-
-@jit(device=True)
-def minimum(a, b):
-    """``np.minimum`` of two scalars: a NaN in either propagates."""
-    return a if (a <= b or a != a) else b
 
 
 # ---------------------------------------------------------------------- arithmetic

@@ -1,6 +1,8 @@
-"""Elementwise ops with NumPy-style broadcasting: arithmetic (Add, Div, Pow, Mod, ...),
-variadic (Max, Min, Sum, Mean), Where, comparisons, logic, BitShift, IsNaN, IsInf (Cast and
-CastLike live in :mod:`plugrt_builtin_ops.cast`).
+"""Elementwise ops with NumPy-style broadcasting: arithmetic (Add, Div, Pow, Mod, BitShift,
+...), variadic (Max, Min, Sum, Mean) and Where; and the :class:`ElementwiseOp` base and
+input checks the family's other op modules share (comparisons, logic, IsNaN and IsInf are
+in :mod:`.predicate_ops`, Cast and CastLike in :mod:`.cast_ops`; the device functions of
+all of them in :mod:`.device_functions`).
 
 The binary ops are claimed from opset 7, where multidirectional broadcasting replaced the
 legacy ``broadcast``/``axis`` attributes; the variadic ops from opset 6.
@@ -10,18 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.errors import ModelError, ShapeError
 from plugrt.ir.dims import broadcast, format_shape
 from plugrt.plugin import (
-    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, Example, OpPlugin,
-    Scale, TensorInfo,
+    FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, Example, OpPlugin, Scale,
+    TensorInfo,
 )
-from plugrt_builtin_ops import elementwise_kernels
+
+from . import device_functions
 
 BOOL = np.dtype(bool)
 BOOL_DTYPES = frozenset({BOOL})
 _POW_BASE_DTYPES = FLOAT_DTYPES | {np.dtype("int32"), np.dtype("int64")}
+
 
 def broadcast_shape(node, inputs) -> tuple:
     """The multidirectional broadcast of the inputs' shapes (symbolic dims allowed)."""
@@ -30,32 +33,6 @@ def broadcast_shape(node, inputs) -> tuple:
     except ValueError as exc:
         shapes = ", ".join(format_shape(i.shape) for i in inputs)
         raise ShapeError(f"{node.describe()}: input shapes {shapes} do not broadcast ({exc})") from None
-
-
-def vector_along(values: np.ndarray, shape: tuple, axis: int) -> np.ndarray | None:
-    """``values``, which broadcast against ``shape``, as a float64 vector along ``axis``.
-
-    Returns ``None`` when the values vary along another axis, or would enlarge ``shape``
-    (a longer rank, or a dim that is not 1 and not the output's). Used by anchors folding a
-    per-channel scale into their weights: ``shape[axis]`` must be a concrete int.
-    """
-    array = np.asarray(values, dtype=np.float64)
-    rank, size = len(shape), shape[axis]
-    if array.ndim > rank or not isinstance(size, int):
-        return None
-    array = array.reshape((1,) * (rank - array.ndim) + array.shape)
-    axis %= rank
-    for i, dim in enumerate(array.shape):
-        if dim == 1:
-            continue
-        if dim != shape[i]:
-            return None
-        if i != axis:
-            first = array.take([0], axis=i)
-            if not np.array_equal(array, np.broadcast_to(first, array.shape), equal_nan=True):
-                return None
-            array = first
-    return np.broadcast_to(array.reshape(-1), (size,)).copy()
 
 
 def require_inputs(op: OpPlugin, node, inputs) -> None:
@@ -117,7 +94,7 @@ class ElementwiseOp(OpPlugin):
 
     def pointwise(self, node, inputs):
         dtypes = tuple(i.dtype for i in inputs)
-        return elementwise_kernels.device_function(self.op_type, dtypes, self.kernel_params(node))
+        return device_functions.device_function(self.op_type, dtypes, self.kernel_params(node))
 
 
 # ---------------------------------------------------------------------- arithmetic
@@ -383,127 +360,4 @@ class Where(ElementwiseOp):
         return np.where(condition, x, y)
 
 
-# ---------------------------------------------------------------------- comparison and logic
-
-
-class PredicateOp(ElementwiseOp):
-    """Ops whose output is bool (comparisons, logic, IsNaN, IsInf)."""
-
-    since_opset = 7
-    dtypes = NUMERIC_DTYPES
-
-    def out_dtype(self, node, dtypes):
-        return BOOL
-
-
-class Equal(PredicateOp):
-    op_type = "Equal"
-    dtypes = ALL_DTYPES
-
-    def compute(self, node, a, b):
-        return np.equal(a, b)
-
-
-class Less(PredicateOp):
-    op_type = "Less"
-
-    def compute(self, node, a, b):
-        return np.less(a, b)
-
-
-class Greater(PredicateOp):
-    op_type = "Greater"
-
-    def compute(self, node, a, b):
-        return np.greater(a, b)
-
-
-class LessOrEqual(PredicateOp):
-    op_type = "LessOrEqual"
-    since_opset = 12
-
-    def compute(self, node, a, b):
-        return np.less_equal(a, b)
-
-
-class GreaterOrEqual(PredicateOp):
-    op_type = "GreaterOrEqual"
-    since_opset = 12
-
-    def compute(self, node, a, b):
-        return np.greater_equal(a, b)
-
-
-class And(PredicateOp):
-    op_type = "And"
-    dtypes = BOOL_DTYPES
-
-    def compute(self, node, a, b):
-        return np.logical_and(a, b)
-
-
-class Or(PredicateOp):
-    op_type = "Or"
-    dtypes = BOOL_DTYPES
-
-    def compute(self, node, a, b):
-        return np.logical_or(a, b)
-
-
-class Xor(PredicateOp):
-    op_type = "Xor"
-    dtypes = BOOL_DTYPES
-
-    def compute(self, node, a, b):
-        return np.logical_xor(a, b)
-
-
-class Not(PredicateOp):
-    op_type = "Not"
-    since_opset = 1
-    inputs = (1, 1)
-    dtypes = BOOL_DTYPES
-
-    def compute(self, node, x):
-        return np.logical_not(x)
-
-
-class IsNaN(PredicateOp):
-    op_type = "IsNaN"
-    since_opset = 9
-    inputs = (1, 1)
-    dtypes = FLOAT_DTYPES
-
-    def compute(self, node, x):
-        return np.isnan(x)
-
-
-class IsInf(PredicateOp):
-    op_type = "IsInf"
-    since_opset = 10
-    inputs = (1, 1)
-    dtypes = FLOAT_DTYPES
-    attributes = (Attr("detect_negative", "int", 1), Attr("detect_positive", "int", 1))
-
-    def compute(self, node, x):
-        negative = np.isneginf(x) if node.attrs["detect_negative"] else np.zeros(x.shape, bool)
-        positive = np.isposinf(x) if node.attrs["detect_positive"] else np.zeros(x.shape, bool)
-        return negative | positive
-
-    def kernel_params(self, node):
-        return (node.attrs["detect_negative"], node.attrs["detect_positive"])
-
-
-OPS = (
-    Add, Sub, Mul, Div, Pow, Mod, BitShift, Max, Min, Sum, Mean, Where,
-    Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf,
-)
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]
+OPS = (Add, Sub, Mul, Div, Pow, Mod, BitShift, Max, Min, Sum, Mean, Where)

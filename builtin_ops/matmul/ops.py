@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
 from plugrt.kernels import broadcast_strides, no_epilogue
-from plugrt_builtin_ops import matmul_kernels
-from plugrt_builtin_ops.elementwise import vector_along
+from plugrt_builtin_ops.common.scale_folding import vector_along
+
+from .plan import gemm_plan, product_plan
+from .tactics import product_tactics
 
 #: MatMul/Gemm element types (ONNX T, bfloat16 aside).
 _MATMUL_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
@@ -82,9 +83,9 @@ class MatMul(OpPlugin):
 
     def tactics(self, node, inputs, outputs, epilogue=None):
         a, b = inputs
-        meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
-        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                                              epilogue=epilogue or no_epilogue(len(node.inputs)))
+        meta, offs = product_plan(a.shape, b.shape)
+        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                               epilogue=epilogue or no_epilogue(len(node.inputs)))
 
 
 class Gemm(OpPlugin):
@@ -174,12 +175,12 @@ class Gemm(OpPlugin):
         a, b = inputs[0], inputs[1]
         c = optional(inputs, 2)
         alpha, beta = node.attrs["alpha"], node.attrs["beta"]
-        meta, offs = matmul_kernels.gemm_plan(a.shape, b.shape, None if c is None else c.shape,
-                                              bool(node.attrs["transA"]), bool(node.attrs["transB"]),
-                                              alpha, beta, integer=a.dtype.kind != "f")
-        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                                              epilogue=epilogue or no_epilogue(len(node.inputs)),
-                                              alpha=alpha, beta=beta, c_index=2)
+        meta, offs = gemm_plan(a.shape, b.shape, None if c is None else c.shape,
+                               bool(node.attrs["transA"]), bool(node.attrs["transB"]),
+                               alpha, beta, integer=a.dtype.kind != "f")
+        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                               epilogue=epilogue or no_epilogue(len(node.inputs)),
+                               alpha=alpha, beta=beta, c_index=2)
 
 
 class MatMulInteger(OpPlugin):
@@ -216,9 +217,9 @@ class MatMulInteger(OpPlugin):
         a, b = inputs[0], inputs[1]
         za = self._zero_point_strides(node, a, optional(inputs, 2), per_row=True)
         zb = self._zero_point_strides(node, b, optional(inputs, 3), per_row=False)
-        meta, offs = matmul_kernels.product_plan(a.shape, b.shape, za, zb)
-        return matmul_kernels.product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                                              epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True)
+        meta, offs = product_plan(a.shape, b.shape, za, zb)
+        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                               epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True)
 
     def _zero_point_strides(self, node, operand, zero_point, per_row: bool):
         """Element strides reading a zero point broadcast over the operand, as the reference does."""
@@ -239,12 +240,3 @@ class MatMulInteger(OpPlugin):
 
 
 OPS = (MatMul, Gemm, MatMulInteger)
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [op() for op in OPS]

@@ -17,8 +17,9 @@ tiles and a long K) makes ``gridDim.z`` cover ``batch x splits``; every split wr
 partial sums to the workspace and :func:`split_reduce_kernel` adds them up and applies
 alpha, Gemm's C and the fused epilogue exactly once.
 
-The staging helpers (:func:`tile_loader`) are shared with the TF32 tensor-core tactic
-(:mod:`plugrt_builtin_ops.gemm_tf32`) and usable by other GEMM-shaped kernels.
+The staging helpers (:func:`tile_loader`, :func:`tile_store`) and the K-split launches
+(:func:`gemm_launches`) are shared with the tensor-core tactics (:mod:`.tf32`,
+:mod:`.wgmma`) and usable by other GEMM-shaped kernels.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ from numba import float32, int64
 
 from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device, vector4
 from plugrt.tactic import Launch, Tactic
-from plugrt_builtin_ops.matmul_kernels import (
-    K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, store_value_fn,
-)
+
+from .plan import K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, store_value_fn
 
 #: Streaming multiprocessors of the target GPU (H200): split-K aims for two blocks per SM.
 SMS = 132
@@ -189,7 +189,7 @@ def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, 
     """The SIMT SGEMM kernel for one configuration, operand layout, shape class and epilogue.
 
     Arguments: ``(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands)``
-    with ``meta``/``offs`` as :func:`plugrt_builtin_ops.matmul_kernels.product_plan` makes
+    with ``meta``/``offs`` as :func:`.plan.product_plan` makes
     them. Grid: ``(N tiles, M tiles, batch * splits)``; dynamic shared memory
     :func:`staging_bytes`. With ``split`` the kernel writes raw sums to the workspace
     (see :func:`tile_store`) instead of ``out``.

@@ -18,7 +18,7 @@ import numpy as np
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
-from .normalization_kernels import VARIANCE, ParamIndex, RowNorm, RowView, accumulator, PER_ROW
+from .row_norm import VARIANCE, ParamIndex, RowNorm, RowView, accumulator, PER_ROW
 
 
 def channel_layout(x_shape, p_shape) -> tuple[int, int] | None:

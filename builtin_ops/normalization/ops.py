@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.kernels import broadcast_strides
 from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, Scale, TensorInfo, optional
 
-from . import normalization_channel_kernels as channel_kernels
-from .normalization_kernels import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
+from . import channel_norm
+from .row_norm import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
 
 _STASH_FLOAT = 1  # TensorProto.FLOAT, the only stash_type NumPy can honour exactly
 
@@ -107,8 +106,8 @@ class BatchNormalization(NormOp):
     def tactics(self, node, inputs, outputs):
         eps = node.attrs["epsilon"]
         if self._training(node):
-            return channel_kernels.batchnorm_training_tactics(inputs[0], eps, node.attrs["momentum"])
-        found = channel_kernels.batchnorm_inference_tactics(inputs[0], inputs[1:5], eps)
+            return channel_norm.batchnorm_training_tactics(inputs[0], eps, node.attrs["momentum"])
+        found = channel_norm.batchnorm_inference_tactics(inputs[0], inputs[1:5], eps)
         if not found:
             shapes = ", ".join(str(_shape(p)) for p in inputs[1:5])
             raise self.unsupported(node, f"runtime parameters of shapes {shapes} that differ or do not match "
@@ -340,7 +339,7 @@ class LRN(NormOp):
 
     def tactics(self, node, inputs, outputs):
         a = node.attrs
-        return channel_kernels.lrn_tactics(inputs[0], a["size"], a["alpha"], a["beta"], a["bias"])
+        return channel_norm.lrn_tactics(inputs[0], a["size"], a["alpha"], a["beta"], a["bias"])
 
     def reference(self, node, inputs):
         x = _wide(inputs[0])
@@ -360,12 +359,3 @@ OPS = (
     BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization,
     MeanVarianceNormalization, LRN,
 )
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [op() for op in OPS]

@@ -1,5 +1,6 @@
-"""CUDA tactics of the normalization ops: a row-statistics kernel, a per-channel affine
-kernel (BatchNormalization inference) and a channel-window kernel (LRN).
+"""The row-statistics kernel of the normalization ops, and the row view it reads X
+through (the per-channel kernels, BatchNormalization's affine and LRN's channel window,
+are in :mod:`.channel_norm`).
 
 Every row normalization (LayerNorm, InstanceNorm, GroupNorm, MVN, BatchNorm's training
 mode) is the same computation on a *view* of X: the view's axes split into kept axes

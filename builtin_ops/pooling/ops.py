@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from plugrt import hookimpl
 from plugrt.ir.dims import derive
 from plugrt.plugin import FLOAT_DTYPES, REDUCTION, REQUIRED, Attr, OpPlugin, TensorInfo
-from plugrt_builtin_ops import pooling_kernels
+
+from . import global_pool, window_pool
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -106,7 +106,7 @@ class PoolOp(OpPlugin):
                                   a["auto_pad"], bool(a["ceil_mode"]))
             begins.append(pb)
             ends.append(pe)
-        return pooling_kernels.window_geometry(x.shape, y.shape, kernel, strides, dilations, begins, ends,
+        return window_pool.window_geometry(x.shape, y.shape, kernel, strides, dilations, begins, ends,
                                                storage_order)
 
     def windows(self, node, x: np.ndarray, fill):
@@ -171,7 +171,7 @@ class MaxPool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0], node.attrs["storage_order"])
-        return pooling_kernels.window_pool_tactics("max", inputs[0], outputs[0], table, with_index=len(outputs) > 1)
+        return window_pool.window_pool_tactics("max", inputs[0], outputs[0], table, with_index=len(outputs) > 1)
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -215,7 +215,7 @@ class AveragePool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0])
-        return pooling_kernels.window_pool_tactics("avg", inputs[0], outputs[0], table,
+        return window_pool.window_pool_tactics("avg", inputs[0], outputs[0], table,
                                                    include_pad=int(node.attrs["count_include_pad"] != 0))
 
     def reference(self, node, inputs):
@@ -239,7 +239,7 @@ class LpPool(PoolOp):
 
     def tactics(self, node, inputs, outputs):
         table = self.geometry(node, inputs[0], outputs[0])
-        return pooling_kernels.window_pool_tactics("lp", inputs[0], outputs[0], table, p=node.attrs["p"])
+        return window_pool.window_pool_tactics("lp", inputs[0], outputs[0], table, p=node.attrs["p"])
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -268,7 +268,7 @@ class GlobalPool(OpPlugin):
     kind = ""
 
     def tactics(self, node, inputs, outputs):
-        return pooling_kernels.global_pool_tactics(self.kind, inputs[0], p=node.attrs.get("p", 2))
+        return global_pool.global_pool_tactics(self.kind, inputs[0], p=node.attrs.get("p", 2))
 
     def reference(self, node, inputs):
         x = inputs[0]
@@ -304,12 +304,3 @@ class GlobalLpPool(GlobalPool):
 
 
 OPS = (MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool)
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]

@@ -1,6 +1,6 @@
 """CUDA tactics of ArgMax, ArgMin and Hardmax: the index of the extremum per output.
 
-Same :class:`~reduction_kernels.AxesView` and ``block``/``thread`` forms as the Reduce*
+Same :class:`.reduce.AxesView` and ``block``/``thread`` forms as the Reduce*
 ops. A candidate is a (value, index) pair, index -1 for none yet; NaN counts as the
 extremum and ties go to the first index (the last with ``select_last_index``), as NumPy's
 ``argmax`` on X (or on X flipped) does. Values compare in float32 (float16, float32),
@@ -17,7 +17,7 @@ from numba import from_dtype
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from .reduction_kernels import AxesView, offset_of, prefers_thread, view_tactics
+from .reduce import AxesView, offset_of, prefers_thread, view_tactics
 
 
 

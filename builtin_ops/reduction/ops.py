@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, REDUCTION, Attr, Example, OpPlugin, TensorInfo, optional
 
 _REDUCE_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
@@ -112,7 +111,7 @@ class ReduceOp(OpPlugin):
         return self.kernel_tactics(x, axes)
 
     def kernel_tactics(self, x, axes):
-        from .reduction_kernels import reduce_tactics
+        from .reduce import reduce_tactics
 
         return reduce_tactics(self.op_type, x.shape, axes, x.dtype)
 
@@ -236,7 +235,7 @@ class ReduceLogSumExp(ReduceOp):
         return -np.inf
 
     def kernel_tactics(self, x, axes):
-        from .softmax_kernels import LOG_SUM_EXP, exp_tactics
+        from .softmax import LOG_SUM_EXP, exp_tactics
 
         return exp_tactics(LOG_SUM_EXP, x.shape, axes, x.dtype)
 
@@ -273,7 +272,7 @@ class ArgOp(OpPlugin):
         return [TensorInfo(np.int64, shape)]
 
     def tactics(self, node, inputs, outputs):
-        from .arg_kernels import arg_tactics
+        from .argmax import arg_tactics
 
         x = inputs[0]
         axis = _normalize_axis(node.attrs["axis"], x.rank)
@@ -342,7 +341,7 @@ class SoftmaxOp(OpPlugin):
         return (axis,) if node.opset >= 13 else tuple(range(axis, rank))
 
     def tactics(self, node, inputs, outputs):
-        from .softmax_kernels import LOG_SOFTMAX, SOFTMAX, exp_tactics
+        from .softmax import LOG_SOFTMAX, SOFTMAX, exp_tactics
 
         x = inputs[0]
         mode = SOFTMAX if self.op_type == "Softmax" else LOG_SOFTMAX
@@ -397,7 +396,7 @@ class Hardmax(SoftmaxOp):
     op_type = "Hardmax"
 
     def tactics(self, node, inputs, outputs):
-        from .arg_kernels import arg_tactics
+        from .argmax import arg_tactics
 
         x = inputs[0]
         return arg_tactics(x.shape, self.reduced_axes(node, x.rank), x.dtype, hardmax=True)
@@ -414,12 +413,3 @@ OPS = (
     ReduceSum, ReduceSumSquare, ReduceMean, ReduceProd, ReduceMax, ReduceMin, ReduceL1, ReduceL2,
     ReduceLogSum, ReduceLogSumExp, ArgMax, ArgMin, Softmax, LogSoftmax, Hardmax,
 )
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]

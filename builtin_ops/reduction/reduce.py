@@ -1,6 +1,6 @@
 """CUDA tactics of the Reduce* ops, and the axes view all reduction kernels share.
 
-Every reduction (here, in ``arg_kernels`` and ``softmax_kernels``) reduces X over a set
+Every reduction (here, in :mod:`.argmax` and :mod:`.softmax`) reduces X over a set
 of axes. On the host the shape is split into kept and reduced axes; size-1 axes are
 dropped and neighbouring axes of one kind merge, so ReduceSum over axes (1, 2) of NCHW
 becomes kept ``[N | HW]`` and reduced ``[C]``. Output element ``o`` (the kept axes in C

@@ -3,7 +3,7 @@
 All three find the row maximum, sum ``exp(x - max)`` and finish per element (Softmax,
 LogSoftmax, in X's layout) or per row (ReduceLogSumExp). A maximum that is not finite
 is replaced by 0, as in the reference, so rows of -inf, +inf or NaN give what NumPy gives.
-Rows are the kept axes of an :class:`~reduction_kernels.AxesView`; the same ``block``
+Rows are the kept axes of an :class:`.reduce.AxesView`; the same ``block``
 (a shared-memory tree per row, ``by`` rows per block) and ``thread`` forms as the other
 reductions. float16 and float32 compute in float32, float64 in float64.
 """
@@ -19,7 +19,7 @@ from numba import from_dtype
 from plugrt.kernels import cuda, jit
 from plugrt.tactic import Tactic
 
-from .reduction_kernels import AxesView, log_of, make_tree, offset_of, prefers_thread, view_tactics
+from .reduce import AxesView, log_of, make_tree, offset_of, prefers_thread, view_tactics
 
 # Modes (ints: kernels compare them as compile-time constants).
 SOFTMAX, LOG_SOFTMAX, LOG_SUM_EXP = 0, 1, 2

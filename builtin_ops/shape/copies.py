@@ -1,6 +1,6 @@
 """CUDA tactics of the data-movement ops: contiguous copies, strided (permuted, sliced,
 broadcast, tiled) copies, row-block copies for Concat/Split, and index gathers (the
-shared-memory Transpose is in :mod:`transpose_kernels`).
+shared-memory Transpose is in :mod:`.transpose`).
 
 Moving data never looks at values, so every kernel here reads and writes flat views of
 its tensors as unsigned ints of the element's size (:func:`bits`): one compiled kernel

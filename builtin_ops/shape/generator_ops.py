@@ -2,8 +2,8 @@
 ConstantOfShape hold values, Range, OneHot and Trilu compute from their inputs.
 
 The engine folds every node whose output value is known at build time; the CUDA tactics
-here serve the rest (a Shape of a runtime tensor still writes its known dims, Range may
-take runtime start and delta, OneHot runtime indices, Trilu a runtime k).
+(:mod:`.generators`) serve the rest (a Shape of a runtime tensor still writes its known
+dims, Range may take runtime start and delta, OneHot runtime indices, Trilu a runtime k).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import math
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.errors import ModelError, ShapeError
 from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, OpPlugin, TensorInfo, optional
 
-from . import generator_kernels
-from .shape import INT64, _axis, _fresh, _ints, _length, _require_int, _value, concrete_shapes
+from . import generators
+from .ops import (
+    INT64, as_ints, concrete_shapes, fresh_dim, known_ints, normalize_axis, require_int, static_length,
+)
 
 class Trilu(OpPlugin):
     op_type = "Trilu"
@@ -27,7 +28,7 @@ class Trilu(OpPlugin):
     inputs = (1, 2)
 
     def check(self, node, inputs):
-        _require_int(self, node, inputs, [1])
+        require_int(self, node, inputs, [1])
         if inputs[0].rank < 2:
             raise ShapeError(f"{node.describe()}: the input must have rank 2 or more")
 
@@ -36,12 +37,12 @@ class Trilu(OpPlugin):
 
     def reference(self, node, inputs):
         x = inputs[0]
-        k = 0 if optional(inputs, 1) is None else _ints(inputs[1])[0]
+        k = 0 if optional(inputs, 1) is None else as_ints(inputs[1])[0]
         return [np.triu(x, k) if node.attrs["upper"] else np.tril(x, k)]
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        return [generator_kernels.trilu_tactic(inputs[0].shape, bool(node.attrs["upper"]), optional(inputs, 1))]
+        return [generators.trilu_tactic(inputs[0].shape, bool(node.attrs["upper"]), optional(inputs, 1))]
 
 
 # ---------------------------------------------------------------------------------- shape info
@@ -73,7 +74,7 @@ class Shape(OpPlugin):
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         start, end = self._range(node, inputs[0].rank)
-        return [generator_kernels.table_tactic(np.array(inputs[0].shape[start:end], dtype=np.int64))]
+        return [generators.table_tactic(np.array(inputs[0].shape[start:end], dtype=np.int64))]
 
 
 class Size(OpPlugin):
@@ -89,7 +90,7 @@ class Size(OpPlugin):
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        return [generator_kernels.table_tactic(np.array(math.prod(inputs[0].shape), dtype=np.int64))]
+        return [generators.table_tactic(np.array(math.prod(inputs[0].shape), dtype=np.int64))]
 
 
 # ---------------------------------------------------------------------------------- generators
@@ -118,20 +119,20 @@ class ConstantOfShape(OpPlugin):
         _unsupported_dtype(self, node, fill, "a value attribute")
 
     def infer(self, node, inputs):
-        shape = _value(inputs[0])
+        shape = known_ints(inputs[0])
         if shape is None:
-            shape = tuple(_fresh(node, i) for i in range(_length(self, node, inputs[0], "ConstantOfShape shape")))
+            shape = tuple(fresh_dim(node, i) for i in range(static_length(self, node, inputs[0], "ConstantOfShape shape")))
         elif any(d < 0 for d in shape):
             raise ShapeError(f"{node.describe()}: negative dims in shape {shape}")
         return [TensorInfo(self._fill(node).dtype, tuple(shape))]
 
     def reference(self, node, inputs):
         fill = self._fill(node)
-        return [np.full(tuple(_ints(inputs[0])), fill.reshape(-1)[0], dtype=fill.dtype)]
+        return [np.full(tuple(as_ints(inputs[0])), fill.reshape(-1)[0], dtype=fill.dtype)]
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        return [generator_kernels.fill_tactic(self._fill(node))]
+        return [generators.fill_tactic(self._fill(node))]
 
 
 class Constant(OpPlugin):
@@ -176,7 +177,7 @@ class Constant(OpPlugin):
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        return [generator_kernels.table_tactic(self._array(node))]
+        return [generators.table_tactic(self._array(node))]
 
 
 _RANGE_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int16", "int32", "int64")}
@@ -210,7 +211,7 @@ class Range(OpPlugin):
     def infer(self, node, inputs):
         dtype = inputs[0].dtype
         if any(i.value is None for i in inputs):
-            return [TensorInfo(dtype, (_fresh(node, 0),))]
+            return [TensorInfo(dtype, (fresh_dim(node, 0),))]
         return [TensorInfo(dtype, (self._count(*self._scalars([i.value for i in inputs])),))]
 
     def reference(self, node, inputs):
@@ -226,7 +227,7 @@ class Range(OpPlugin):
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         stash32 = node.opset >= 27 and inputs[0].dtype == np.float16 and node.attrs["stash_type"] == 1
-        return [generator_kernels.range_tactic(inputs[0].dtype, stash32, inputs[0], inputs[2])]
+        return [generators.range_tactic(inputs[0].dtype, stash32, inputs[0], inputs[2])]
 
 
 class OneHot(OpPlugin):
@@ -242,13 +243,13 @@ class OneHot(OpPlugin):
 
     def infer(self, node, inputs):
         indices, depth, values = inputs
-        axis = _axis(node, node.attrs["axis"], indices.rank + 1)
-        d = _fresh(node, axis) if depth.value is None else int(depth.value.reshape(-1)[0])
+        axis = normalize_axis(node, node.attrs["axis"], indices.rank + 1)
+        d = fresh_dim(node, axis) if depth.value is None else int(depth.value.reshape(-1)[0])
         return [TensorInfo(values.dtype, indices.shape[:axis] + (d,) + indices.shape[axis:])]
 
     def reference(self, node, inputs):
         indices, depth, values = inputs
-        axis = _axis(node, node.attrs["axis"], indices.ndim + 1)
+        axis = normalize_axis(node, node.attrs["axis"], indices.ndim + 1)
         depth = int(depth.reshape(-1)[0])
         idx = indices.astype(np.int64)
         if node.opset >= 11:
@@ -260,18 +261,9 @@ class OneHot(OpPlugin):
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         indices, _, values = inputs
-        axis = _axis(node, node.attrs["axis"], indices.rank + 1)
+        axis = normalize_axis(node, node.attrs["axis"], indices.rank + 1)
         depth = int(outputs[0].shape[axis])
-        return [generator_kernels.one_hot_tactic(indices, values, axis, depth, node.opset >= 11)]
+        return [generators.one_hot_tactic(indices, values, axis, depth, node.opset >= 11)]
 
 
 OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot)
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]

@@ -19,7 +19,7 @@ from numba import float32, float64, int64
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
-from .shape_kernels import bits, element_count, fill_launch, table_launch
+from .copies import bits, element_count, fill_launch, table_launch
 
 
 def scalar_source(info, device_array, dtype=None):

@@ -1,7 +1,7 @@
 """The tiled Transpose tactic: a batched 2-D transpose through shared memory, for
 permutations that move the input's contiguous axis away from the output's last axis
 (NCHW <-> NHWC, attention's key transpose), where a strided copy would read or write
-with a stride. Other permutations use :func:`shape_kernels.strided_tactic`.
+with a stride. Other permutations use :func:`.copies.strided_tactic`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from plugrt.device import simulated
 from plugrt.kernels import c_strides, cuda, jit
 from plugrt.tactic import Launch, Tactic
 
-from .shape_kernels import UINT, bits, coalesce, element_count, int64_table
+from .copies import UINT, bits, coalesce, element_count, int64_table
 
 
 @functools.lru_cache(maxsize=None)

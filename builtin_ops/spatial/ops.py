@@ -1,14 +1,14 @@
 """Spatial data movement: Pad, DepthToSpace, SpaceToDepth (Resize and Upsample are in
-:mod:`plugrt_builtin_ops.resize`)."""
+:mod:`.resize_ops`; the kernels in :mod:`.pad` and :mod:`.permute`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, REQUIRED, SHAPE, Attr, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import spatial_kernels
+
+from . import pad, permute
 
 # ------------------------------------------------------------------------------ Pad
 
@@ -82,7 +82,7 @@ class _PadBase(OpPlugin):
         if mode != "constant" and any(k <= 0 and (b > 0 or e > 0) for k, (b, e) in zip(kept, pairs)):
             raise self.unsupported(node, f"mode {mode!r} padding an empty axis", "there is nothing to repeat")
         value, index = self.fill_source(node, inputs, x.dtype)
-        return [spatial_kernels.pad_tactic(x, outputs[0], pairs, mode, value, index)]
+        return [pad.pad_tactic(x, outputs[0], pairs, mode, value, index)]
 
     def fill_source(self, node, inputs, dtype):
         """``(host value, None)`` or ``(None, input index)`` of the constant mode's value."""
@@ -200,7 +200,7 @@ class DepthToSpace(_BlockOp):
             view, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
         else:
             view, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
-        return [spatial_kernels.block_permute_tactic(inputs[0].shape, view, perm)]
+        return [permute.block_permute_tactic(inputs[0].shape, view, perm)]
 
     def reference(self, node, inputs):
         x, b = inputs[0], node.attrs["blocksize"]
@@ -228,7 +228,7 @@ class SpaceToDepth(_BlockOp):
         b = node.attrs["blocksize"]
         n, c, h, w = (int(d) for d in inputs[0].shape)
         perm = (0, 3, 5, 1, 2, 4) if node.attrs["mode"] == "DCR" else (0, 1, 3, 5, 2, 4)
-        return [spatial_kernels.block_permute_tactic(inputs[0].shape, (n, c, h // b, b, w // b, b), perm)]
+        return [permute.block_permute_tactic(inputs[0].shape, (n, c, h // b, b, w // b, b), perm)]
 
     def reference(self, node, inputs):
         x, b = inputs[0], node.attrs["blocksize"]
@@ -238,13 +238,4 @@ class SpaceToDepth(_BlockOp):
         return [np.ascontiguousarray(t.transpose(perm)).reshape(n, c * b * b, h // b, w // b)]
 
 
-OPS = [PadAttr, Pad, DepthToSpace, SpaceToDepth]
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]
+OPS = (PadAttr, Pad, DepthToSpace, SpaceToDepth)

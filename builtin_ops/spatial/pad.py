@@ -1,7 +1,6 @@
-"""CUDA tactics of the spatial data-movement ops: Pad (constant, edge, reflect, wrap, with
-cropping by negative pads) and DepthToSpace / SpaceToDepth (a 6-D permuting gather).
+"""The CUDA tactic of Pad: constant, edge, reflect and wrap, with cropping by negative pads.
 
-Pure data movement: the kernels copy elements of any dtype (bool included) and take
+Pure data movement: the kernel copies elements of any dtype (bool included) and takes
 every shape from small int64 device tables, so one compiled kernel per mode serves all.
 """
 
@@ -100,37 +99,3 @@ def pad_tactic(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: in
         return [Launch(pad_kernel(mode), blocks, threads, args)]
 
     return Tactic("direct", launches, {"mode": mode})
-
-
-@functools.lru_cache(maxsize=None)
-def permute_kernel():
-    """``y[i] = x[sum_d coord_d(i) * strides[d]]`` for ``y``'s (up to 6-D) ``shape``."""
-
-    @jit
-    def kernel(y, x, n, ndim, shape, strides):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            r = i
-            off = 0
-            for d in range(ndim - 1, -1, -1):
-                c = r % shape[d]
-                r //= shape[d]
-                off += c * strides[d]
-            y[i] = x[off]
-
-    return kernel
-
-
-def block_permute_tactic(x_shape, view_shape, perm) -> Tactic:
-    """DepthToSpace / SpaceToDepth as ``y = x.reshape(view_shape).transpose(perm)``, flat."""
-    view_shape = tuple(int(d) for d in view_shape)
-    out_view = np.asarray([view_shape[p] for p in perm], np.int64)
-    strides = c_strides(view_shape)[list(perm)]
-    n = int(np.prod(x_shape, dtype=np.int64))
-
-    def launches(inputs, outputs, workspace):
-        blocks, threads = grid_1d(n)
-        args = (flat(outputs[0]), flat(inputs[0]), np.int64(n), np.int64(len(perm)), to_device(out_view),
-                to_device(strides))
-        return [Launch(permute_kernel(), blocks, threads, args)]
-
-    return Tactic("permute", launches, {})

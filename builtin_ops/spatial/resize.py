@@ -1,12 +1,12 @@
 """CUDA tactics of Resize and Upsample: one generic gather kernel over host-made tap tables.
 
-The host computes, with the reference's own coordinate math (``resize.axis_taps``), per
-axis and output coordinate the input offsets (index times the input's stride) and
-weights of its taps: 1 for nearest and unchanged axes, 2 for linear, 4 for cubic, more
-when antialiasing widens the kernel. An output element is the sum, over every
-combination of its axes' taps, of the product of their weights times the input there;
-nearest is a pure gather. tf_crop_and_resize's outside positions carry offset -1, and
-take the extrapolation value. This keeps every mode exact to the reference's rules.
+The host computes, with the reference's own coordinate math
+(:func:`.resize_ops.axis_taps`), per axis and output coordinate the input offsets (index
+times the input's stride) and weights of its taps: 1 for nearest and unchanged axes, 2 for
+linear, 4 for cubic, more when antialiasing widens the kernel. An output element is the
+sum, over every combination of its axes' taps, of the product of their weights times the
+input there; nearest is a pure gather. tf_crop_and_resize's outside positions carry offset
+-1, and take the extrapolation value. This keeps every mode exact to the reference's rules.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from numba import float64, from_dtype
 
 from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
 from plugrt.tactic import Launch, Tactic
-from plugrt_builtin_ops.pooling_kernels import compute_type
-from plugrt_builtin_ops.spatial_kernels import permute_kernel
+from plugrt_builtin_ops.common.scalars import compute_type
+
+from .permute import permute_kernel
 
 # Rows of the per-axis table: output size, taps per output coordinate, first table entry.
 OUT_SIZE, TAPS, BASE = range(3)
@@ -158,7 +159,7 @@ def pack_tables(shape, tables):
 def resize_tactic(x_info, y_info, tables, nearest: bool, fill, constant_output=None) -> Tactic:
     """The tap-table tactic of Resize and Upsample.
 
-    :param tables: per-axis taps (``resize.resample_tables``) for a non-empty input.
+    :param tables: per-axis taps (``resize_ops.resample_tables``) for a non-empty input.
     :param fill: the extrapolation value, already cast to the data's dtype for nearest.
     :param constant_output: the whole output, when it does not depend on the input's
         contents (an empty input); the launch then copies it.

@@ -3,7 +3,7 @@
 Resize is computed separably, one axis at a time: per axis, each output position gets
 a source coordinate (the coordinate transformation mode), then either a nearest index
 or a small window of input indices and kernel weights (linear, cubic, antialiased),
-applied with ``np.take`` over the whole tensor.
+applied with ``np.take`` over the whole tensor (the CUDA tactic is in :mod:`.resize`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
-from plugrt import hookimpl
 from plugrt.ir import dims
 from plugrt.plugin import ALL_DTYPES, Attr, OpPlugin, TensorInfo, optional
-from plugrt_builtin_ops import resize_kernels
+
+from . import resize
 
 def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
     d = np.abs(d)
@@ -284,9 +284,9 @@ def _tactic(op, node, x: TensorInfo, y: TensorInfo, values, plan, roi, attrs, ne
         fill = _cast_result(np.array(fill), x.dtype)
     if 0 in shape:  # the output does not depend on the (empty) input: precompute it
         constant = op.reference(node, [np.zeros(shape, x.dtype), *values[1:]])[0]
-        return resize_kernels.resize_tactic(x, y, None, nearest, fill, constant)
+        return resize.resize_tactic(x, y, None, nearest, fill, constant)
     tables = resample_tables(shape, plan, roi, attrs, nearest_mode)
-    return resize_kernels.resize_tactic(x, y, tables, nearest, fill)
+    return resize.resize_tactic(x, y, tables, nearest, fill)
 
 
 def _unchanged(n_in, n_out, scale, roi) -> bool:
@@ -388,13 +388,4 @@ class Upsample(OpPlugin):
         return [_tactic(self, node, x, outputs[0], values, *settings)]
 
 
-OPS = [Resize, Upsample]
-
-
-#: The plugrt plugin API versions this module is written for (see plugrt.registry).
-PLUGRT_API = (1, 1)
-
-
-@hookimpl
-def plugrt_ops():
-    return [Op() for Op in OPS]
+OPS = (Resize, Upsample)
