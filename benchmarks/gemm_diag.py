@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt, gemm_wgmma as gw
+from plugrt_builtin_ops.matmul import simt as gs, tf32 as gt, wgmma as gw
 
 SIMT_VARIANTS = ((128, 128, 8, 8, 4, 1),)
 TF32_VARIANTS = ((4, 2, 4, 8, 32, 4),)

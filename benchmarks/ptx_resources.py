@@ -36,7 +36,8 @@ import plugrt  # noqa: E402,F401  (chooses the backend first)
 from numba import cuda  # noqa: E402
 from numba.cuda.compiler import compile_ptx  # noqa: E402
 
-from plugrt_builtin_ops import conv_tf32, gemm_simt, gemm_tf32, gemm_wgmma  # noqa: E402
+from plugrt_builtin_ops.conv import tf32 as conv_tf32  # noqa: E402
+from plugrt_builtin_ops.matmul import simt, tf32, wgmma  # noqa: E402
 
 
 @cuda.jit(device=True)
@@ -72,30 +73,30 @@ def resources(kernel, args, arch: str = "") -> str:
 
 def kernels(spec: str | None):
     if spec is None:
-        for config in gemm_tf32.TF32_CONFIGS:
-            yield f"gemm {config.name}", gemm_tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
+        for config in tf32.TF32_CONFIGS:
+            yield f"gemm {config.name}", tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
                 GEMM_ARGS
-        for config in gemm_simt.SIMT_CONFIGS:
-            yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
+        for config in simt.SIMT_CONFIGS:
+            yield f"gemm {config.name}", simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
         for config in conv_tf32.GPU_CONFIGS:
             yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
-        for config in gemm_wgmma.WGMMA_CONFIGS:
+        for config in wgmma.WGMMA_CONFIGS:
             yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
         return
     kind, _, numbers = spec.partition(":")
     values = [int(v) for v in numbers.split(",")]
     if kind == "tf32":
-        config = gemm_tf32.Tf32Config(*values)
-        yield f"gemm {config.name}", gemm_tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
+        config = tf32.Tf32Config(*values)
+        yield f"gemm {config.name}", tf32.tf32_kernel(config, True, False, True, False, _no_epilogue, False), \
             GEMM_ARGS
     elif kind == "simt":
-        config = gemm_simt.SimtConfig(*values)
-        yield f"gemm {config.name}", gemm_simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
+        config = simt.SimtConfig(*values)
+        yield f"gemm {config.name}", simt.simt_kernel(config, True, False, True, False, _no_epilogue), GEMM_ARGS
     elif kind == "wgmma":
-        config = gemm_wgmma.WgmmaConfig(*values)
+        config = wgmma.WgmmaConfig(*values)
         yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
     elif kind == "conv":
-        config = gemm_tf32.Tf32Config(*values)
+        config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
         raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma: or conv:")
@@ -103,7 +104,7 @@ def kernels(spec: str | None):
 
 def _wgmma(config):
     """A whole-tile wgmma kernel (A K-contiguous, B row-contiguous: a plain MatMul)."""
-    kernel = gemm_wgmma.wgmma_kernel(config, True, False, True, False, _no_epilogue, False)
+    kernel = wgmma.wgmma_kernel(config, True, False, True, False, _no_epilogue, False)
     kernel.ptx_arch = "a"
     return kernel
 

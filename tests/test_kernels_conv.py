@@ -9,7 +9,7 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import check_node, node_tactics, run_tactic, single_node_model
-from plugrt_builtin_ops import conv_gemm_kernels
+from plugrt_builtin_ops.conv import implicit_gemm
 
 TOLERANCE = {np.float16: (2e-2, 2e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-12)}
 
@@ -106,10 +106,10 @@ def test_conv_tactic_order(rng):
     "x_shape, w_shape, attrs, config, splits",
     [
         # The GPU tile (256 threads) on a shape that spans two M and two P tiles.
-        ((1, 3, 9, 8), (66, 3, 2, 2), dict(strides=[1, 1]), conv_gemm_kernels.GPU_CONFIG, 1),
+        ((1, 3, 9, 8), (66, 3, 2, 2), dict(strides=[1, 1]), implicit_gemm.GPU_CONFIG, 1),
         # Split K (partial sums in the workspace, then the summing epilogue), grouped.
-        ((2, 8, 5, 4), (6, 4, 3, 3), dict(group=2, pads=[1, 1, 0, 1]), conv_gemm_kernels.SIM_CONFIG, 3),
-        ((1, 6, 7), (5, 6, 3), dict(strides=[2], pads=[1, 2]), conv_gemm_kernels.SIM_CONFIG, 2),  # 1-D
+        ((2, 8, 5, 4), (6, 4, 3, 3), dict(group=2, pads=[1, 1, 0, 1]), implicit_gemm.SIM_CONFIG, 3),
+        ((1, 6, 7), (5, 6, 3), dict(strides=[2], pads=[1, 2]), implicit_gemm.SIM_CONFIG, 2),  # 1-D
     ],
 )
 def test_conv_implicit_gemm_configs(rng, x_shape, w_shape, attrs, config, splits):
@@ -119,7 +119,7 @@ def test_conv_implicit_gemm_configs(rng, x_shape, w_shape, attrs, config, splits
     node = graph.nodes[0]
     op = registry.op(node)
     geo = op._kernel_geometry(node, [graph.info(n) for n in node.inputs], [graph.info(n) for n in node.outputs])
-    tactic = conv_gemm_kernels.gemm_tactic(geo, np.float32, config=config, splits=splits)
+    tactic = implicit_gemm.gemm_tactic(geo, np.float32, config=config, splits=splits)
     assert tactic.params["splits"] == splits
     assert tactic.workspace_bytes == (0 if splits == 1 else 4 * splits * geo.out_size)
     got = run_tactic(graph, tactic, {"x": feeds["x"]})[0]
@@ -129,14 +129,14 @@ def test_conv_implicit_gemm_configs(rng, x_shape, w_shape, attrs, config, splits
 
 def test_conv_split_heuristic():
     """Batch-1 late ResNet layers split K; large layers do not."""
-    from plugrt_builtin_ops.conv_kernels import ConvGeometry
+    from plugrt_builtin_ops.conv.geometry import ConvGeometry
 
     late = ConvGeometry(1, 512, 512, 1, (7, 7), (3, 3), (7, 7), (1, 1), (1, 1), (1, 1))
     early = ConvGeometry(32, 64, 64, 1, (56, 56), (3, 3), (56, 56), (1, 1), (1, 1), (1, 1))
-    config = conv_gemm_kernels.GPU_CONFIG
-    assert conv_gemm_kernels.choose_splits(late, config) > 1
-    assert conv_gemm_kernels.choose_splits(early, config) == 1
-    tactic = conv_gemm_kernels.gemm_tactic(late, np.float32, config=config)
+    config = implicit_gemm.GPU_CONFIG
+    assert implicit_gemm.choose_splits(late, config) > 1
+    assert implicit_gemm.choose_splits(early, config) == 1
+    tactic = implicit_gemm.gemm_tactic(late, np.float32, config=config)
     assert tactic.workspace_bytes == 4 * tactic.params["splits"] * 512 * 49
 
 

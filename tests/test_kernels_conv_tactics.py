@@ -2,8 +2,8 @@
 the depthwise tactics against the reference, with and without a fused epilogue, their
 heuristic order at real layer shapes, and their kernels typed for sm_90.
 
-The simulator runs the small :data:`conv_gemm_kernels.SIM_CONFIGS` through the plugin's
-own tactic list; each GPU tile of :data:`conv_gemm_kernels.GPU_CONFIGS` runs once on a
+The simulator runs the small :data:`plugrt_builtin_ops.conv.implicit_gemm.SIM_CONFIGS` through the plugin's
+own tactic list; each GPU tile of :data:`plugrt_builtin_ops.conv.implicit_gemm.GPU_CONFIGS` runs once on a
 tiny problem.
 """
 
@@ -19,8 +19,8 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import single_node_model
-from plugrt_builtin_ops import conv_depthwise_kernels, conv_gemm_kernels
-from plugrt_builtin_ops.conv_kernels import ConvGeometry
+from plugrt_builtin_ops.conv import depthwise, implicit_gemm
+from plugrt_builtin_ops.conv.geometry import ConvGeometry
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: (2e-2, 2e-2), F32: (1e-4, 1e-5), F64: (1e-10, 1e-12)}
@@ -124,17 +124,17 @@ def test_split_variants_offered_when_k_is_long(rng):
     assert all(t.name[:-len("_splitk")] in {u.name for u in tactics} for t in split)
 
 
-@pytest.mark.parametrize("config", conv_gemm_kernels.GPU_CONFIGS, ids=lambda c: c.label)
+@pytest.mark.parametrize("config", implicit_gemm.GPU_CONFIGS, ids=lambda c: c.label)
 def test_gpu_tiles_on_a_tiny_problem(rng, config):
     """Each real tile, implicit (split and not) and 1x1, with an epilogue, on one problem
     that leaves most of the tile empty."""
     def implicit(op, node, ins, outs, epilogue):
         geo = op._kernel_geometry(node, ins, outs)
-        return [conv_gemm_kernels.gemm_tactic(geo, F32, config, s, epilogue or no_epilogue(3)) for s in (1, 2)]
+        return [implicit_gemm.gemm_tactic(geo, F32, config, s, epilogue or no_epilogue(3)) for s in (1, 2)]
 
     def pointwise(op, node, ins, outs, epilogue):
         geo = op._kernel_geometry(node, ins, outs)
-        return [conv_gemm_kernels.gemm_tactic(geo, F32, config, 1, epilogue or no_epilogue(3), pointwise=True)]
+        return [implicit_gemm.gemm_tactic(geo, F32, config, 1, epilogue or no_epilogue(3), pointwise=True)]
 
     assert _check(rng, (1, 3, 4, 3), (5, 3, 3, 3), dict(pads=[1, 0, 1, 1]), make=implicit) == [
         f"implicit_gemm_{config.label}", f"implicit_gemm_{config.label}_splitk"]
@@ -169,7 +169,7 @@ def test_depthwise(rng, x_shape, w_shape, attrs):
 @pytest.mark.parametrize("bias", [True, False])
 def test_depthwise_dtypes(rng, dtype, bias):
     _check(rng, (1, 2, 4, 5), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), dtype=dtype, bias=bias,
-           make=lambda op, node, ins, outs, epilogue: conv_depthwise_kernels.depthwise_tactics(
+           make=lambda op, node, ins, outs, epilogue: depthwise.depthwise_tactics(
                op._kernel_geometry(node, ins, outs), dtype, epilogue or no_epilogue(len(node.inputs))))
 
 
@@ -187,7 +187,7 @@ def _geo(n, c, m, hw, k, stride=1, pad=0, group=1):
 
 
 def _gpu_order(geo):
-    return [t.name for t in conv_gemm_kernels.gemm_tactics(geo, F32, no_epilogue(3), conv_gemm_kernels.GPU_CONFIGS)]
+    return [t.name for t in implicit_gemm.gemm_tactics(geo, F32, no_epilogue(3), implicit_gemm.GPU_CONFIGS)]
 
 
 def test_gpu_order_follows_the_shape():
@@ -208,12 +208,12 @@ def test_gpu_order_follows_the_shape():
 
 
 def test_estimate_prefers_split_exactly_when_tiles_are_few():
-    config = conv_gemm_kernels.GPU_CONFIG
+    config = implicit_gemm.GPU_CONFIG
     late = _geo(1, 512, 512, 7, 3, pad=1)
-    splits = conv_gemm_kernels.choose_splits(late, config)
-    assert conv_gemm_kernels.estimated_cycles(late, config, splits) < conv_gemm_kernels.estimated_cycles(late, config, 1)
+    splits = implicit_gemm.choose_splits(late, config)
+    assert implicit_gemm.estimated_cycles(late, config, splits) < implicit_gemm.estimated_cycles(late, config, 1)
     big = _geo(32, 256, 256, 28, 3, pad=1)
-    assert conv_gemm_kernels.choose_splits(big, config) == 1
+    assert implicit_gemm.choose_splits(big, config) == 1
 
 
 def test_plugin_order_for_depthwise_and_float64(rng):
@@ -235,7 +235,7 @@ def test_new_kernels_compile_for_the_gpu():
     failures = compile_kernels("""
         from numba import cuda, float32
         from plugrt.kernels import no_epilogue
-        from plugrt_builtin_ops import conv_depthwise_kernels as dk, conv_gemm_kernels as cg, conv_kernels as ck
+        from plugrt_builtin_ops.conv import depthwise as dk, geometry as cgeo, implicit_gemm as cg
 
         @cuda.jit(device=True)
         def epi(v, i, ops):
@@ -256,7 +256,7 @@ def test_new_kernels_compile_for_the_gpu():
             check(f"conv gemm 1x1 no epilogue {dt}", cg.gemm_kernel(c.bm, c.bn, c.bk, c.tm, c.tn, plain, True),
                   gemm + [types.Tuple((arr(np.int64),))], True)
         for dt in ("float16", "float32", "float64"):
-            acc = ck.compute_type(dt)
+            acc = cgeo.compute_type(dt)
             args = [arr(dt), arr(dt), arr(dt), arr(dt), I64, I64, arr(np.int64)]
             for window in ((3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1), (5, 5, 1, 1, 2, 2), (1, 7, 1, 1, 1, 1)):
                 for tw in dk.OUTPUTS_PER_THREAD:

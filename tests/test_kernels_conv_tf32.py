@@ -12,8 +12,8 @@ import pytest
 
 from plugrt.device import simulated
 from plugrt.kernels import Epilogue
-from plugrt_builtin_ops import conv_tf32
-from plugrt_builtin_ops.gemm_tf32 import Tf32Config
+from plugrt_builtin_ops.conv import tf32 as conv_tf32
+from plugrt_builtin_ops.matmul.tf32 import Tf32Config
 
 from test_kernels_conv_tactics import F64, _node, _run, residual_relu
 
@@ -83,7 +83,7 @@ def test_tf32_conv_kernels_compile_for_the_gpu():
 
     failures = compile_kernels("""
         from numba import cuda, float32
-        from plugrt_builtin_ops import conv_tf32
+        from plugrt_builtin_ops.conv import tf32 as conv_tf32
 
         @cuda.jit(device=True)
         def epi(v, i, ops):

@@ -309,10 +309,10 @@ def test_empty_and_rank0(rng, op):
 
 
 def test_equal_nodes_share_device_function(registry):
-    from plugrt_builtin_ops import elementwise_kernels
+    from plugrt_builtin_ops.elementwise import device_functions
 
     f16 = np.dtype(np.float16)
-    assert elementwise_kernels.device_function("Max", (f16,) * 3) is elementwise_kernels.device_function(
+    assert device_functions.device_function("Max", (f16,) * 3) is device_functions.device_function(
         "Max", (f16,) * 3)
-    assert elementwise_kernels.device_function("Max", (f16,) * 3) is not elementwise_kernels.device_function(
+    assert device_functions.device_function("Max", (f16,) * 3) is not device_functions.device_function(
         "Max", (f16,) * 2)

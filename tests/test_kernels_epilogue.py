@@ -19,7 +19,8 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import single_node_model
-from plugrt_builtin_ops import conv_gemm_kernels, matmul_kernels
+from plugrt_builtin_ops.conv import implicit_gemm
+from plugrt_builtin_ops.matmul import tactics as matmul_tactics, tiled
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: (2e-2, 2e-2), F32: (1e-5, 1e-5), F64: (1e-10, 1e-12)}
@@ -170,7 +171,7 @@ def _forced_splits(*splits):
     """Implicit-GEMM tactics of the node with K split as given (simulator tile)."""
     def make(op, node, ins, outs, epilogue):
         geo = op._kernel_geometry(node, ins, outs)
-        return [conv_gemm_kernels.gemm_tactic(geo, ins[0].dtype, config=conv_gemm_kernels.SIM_CONFIG, splits=s,
+        return [implicit_gemm.gemm_tactic(geo, ins[0].dtype, config=implicit_gemm.SIM_CONFIG, splits=s,
                                               epilogue=epilogue) for s in splits]
     return make
 
@@ -241,7 +242,7 @@ def test_conv_transpose_1d_and_3d(rng):
 @pytest.fixture(autouse=True)
 def tiny_tiles(monkeypatch):
     """Two tiled configurations small enough for the simulator (one leaves threads idle)."""
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", ((4, 4, 2, 2, 2), (3, 4, 2, 1, 2)))
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", ((4, 4, 2, 2, 2), (3, 4, 2, 1, 2)))
 
 
 def _rand(rng, shape, dtype=F32):
@@ -322,15 +323,14 @@ def test_matmul_integer(rng, zero_points):
 
 
 def test_kernels_are_compiled_per_epilogue_function():
-    from plugrt_builtin_ops import conv_kernels
+    from plugrt_builtin_ops.conv import direct
 
-    same = conv_kernels.direct_kernel(float32, False, residual_relu)
-    assert conv_kernels.direct_kernel(float32, False, residual_relu) is same
-    assert conv_kernels.direct_kernel(float32, False, broadcast_affine) is not same
-    tiled = matmul_kernels.tiled_kernel(np.dtype(F32), np.dtype(F32), np.dtype(F32), False, 4, 4, 2, 2, 2,
-                                        residual_relu)
-    assert matmul_kernels.tiled_kernel(np.dtype(F32), np.dtype(F32), np.dtype(F32), False, 4, 4, 2, 2, 2,
-                                       residual_relu) is tiled
+    same = direct.direct_kernel(float32, False, residual_relu)
+    assert direct.direct_kernel(float32, False, residual_relu) is same
+    assert direct.direct_kernel(float32, False, broadcast_affine) is not same
+    kernel = tiled.tiled_kernel(np.dtype(F32), np.dtype(F32), np.dtype(F32), False, 4, 4, 2, 2, 2, residual_relu)
+    assert tiled.tiled_kernel(np.dtype(F32), np.dtype(F32), np.dtype(F32), False, 4, 4, 2, 2, 2,
+                              residual_relu) is kernel
 
 
 # ----------------------------------------------------------------------------- GPU typing
@@ -343,7 +343,8 @@ def test_epilogue_kernels_compile_for_the_gpu():
 
     failures = compile_kernels("""
         from numba import cuda, float32
-        from plugrt_builtin_ops import conv_gemm_kernels as cg, conv_kernels as ck, matmul_kernels as mk
+        from plugrt_builtin_ops.conv import direct as ck, geometry as cgeo, implicit_gemm as cg
+        from plugrt_builtin_ops.matmul import plan as mplan, tiled as mk
 
         @cuda.jit(device=True)
         def epi(v, i, ops):
@@ -358,7 +359,7 @@ def test_epilogue_kernels_compile_for_the_gpu():
             return types.Tuple((arr(np.int64), arr(dt), arr(np.int64)))
 
         for dt in ("float16", "float32", "float64"):
-            acc = ck.compute_type(dt)
+            acc = cgeo.compute_type(dt)
             conv = [arr(dt), arr(dt), arr(dt), arr(dt), I64, I64, arr(np.int64), operands(dt)]
             for transposed in (False, True):
                 check(f"conv direct {dt} t={transposed}", ck.direct_kernel(acc, transposed, epi), conv,
@@ -372,7 +373,7 @@ def test_epilogue_kernels_compile_for_the_gpu():
                   [arr(dt), arr(np.float32), arr(dt), I64, I64, I64, I64, I64, operands(dt)], True)
         for dt in ("float16", "float32", "float64"):
             d = np.dtype(dt)
-            scale = scalar(mk._scaling_type(d))
+            scale = scalar(mplan.scaling_type(d))
             args = [arr(dt)] * 6 + [arr(np.int64), arr(np.int64), scale, scale, operands(dt)]
             check(f"matmul tiled {dt}", mk.tiled_kernel(d, d, d, False, 64, 64, 16, 4, 4, epi), args, dt != "float64")
             check(f"matmul direct {dt}", mk.direct_kernel(d, d, d, False, epi), args, dt != "float64")

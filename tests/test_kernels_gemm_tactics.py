@@ -24,9 +24,10 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import run_tactic, single_node_model
-from plugrt_builtin_ops import gemm_simt, gemm_tf32, gemm_wgmma, matmul_kernels
-from plugrt_builtin_ops.gemm_simt import SimtConfig
-from plugrt_builtin_ops.gemm_tf32 import Tf32Config
+from plugrt_builtin_ops.matmul import mma_sync, simt, tf32, wgmma
+from plugrt_builtin_ops.matmul import plan as matmul_plan, tactics as matmul_tactics
+from plugrt_builtin_ops.matmul.simt import SimtConfig
+from plugrt_builtin_ops.matmul.tf32 import Tf32Config
 
 from test_kernels_epilogue import _node, _reference, _run, residual_relu, residual_relu_numpy
 
@@ -35,19 +36,19 @@ F32 = np.float32
 TINY_SIMT = (SimtConfig(8, 8, 4, 4, 4), SimtConfig(8, 4, 4, 4, 2))
 #: TF32: one warp, one m16n8k8 tile.
 TINY_TF32 = (Tf32Config(1, 1, 1, 1, 8),)
-PRODUCTION_SIMT = gemm_simt.SIMT_CONFIGS
-PRODUCTION_TF32 = gemm_tf32.TF32_CONFIGS
-PRODUCTION_WGMMA = gemm_wgmma.WGMMA_CONFIGS
+PRODUCTION_SIMT = simt.SIMT_CONFIGS
+PRODUCTION_TF32 = tf32.TF32_CONFIGS
+PRODUCTION_WGMMA = wgmma.WGMMA_CONFIGS
 FP32_TOL = 2e-5
 TF32_TOL = 5e-3
 
 
 @pytest.fixture(autouse=True)
 def tiny_configs(monkeypatch):
-    monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", TINY_SIMT)
-    monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", TINY_TF32)
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", ())  # tests/test_kernels_gemm_wgmma.py
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", ((4, 4, 2, 2, 2),))
+    monkeypatch.setattr(simt, "SIMT_CONFIGS", TINY_SIMT)
+    monkeypatch.setattr(tf32, "TF32_CONFIGS", TINY_TF32)
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", ())  # tests/test_kernels_gemm_wgmma.py
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", ((4, 4, 2, 2, 2),))
 
 
 def rand(rng, shape):
@@ -123,16 +124,16 @@ def _forced(config_kind, splits):
     """The node's SIMT / TF32 tactics at the tiny configuration with K split as given."""
     def make(op, node, ins, outs, epilogue):
         if node.op_type == "Gemm":
-            meta, offs = matmul_kernels.gemm_plan(ins[0].shape, ins[1].shape, ins[2].shape if len(ins) > 2 else None,
+            meta, offs = matmul_plan.gemm_plan(ins[0].shape, ins[1].shape, ins[2].shape if len(ins) > 2 else None,
                                                   bool(node.attrs["transA"]), bool(node.attrs["transB"]),
                                                   node.attrs["alpha"], node.attrs["beta"], False)
             kw = dict(alpha=node.attrs["alpha"], beta=node.attrs["beta"], c_index=2)
         else:
-            meta, offs = matmul_kernels.product_plan(ins[0].shape, ins[1].shape)
+            meta, offs = matmul_plan.product_plan(ins[0].shape, ins[1].shape)
             kw = {}
         if config_kind == "simt":
-            return [gemm_simt.simt_tactic(TINY_SIMT[0], meta, offs, epilogue=epilogue, splits=s, **kw) for s in splits]
-        return [gemm_tf32.tf32_tactic(TINY_TF32[0], meta, offs, epilogue=epilogue, splits=s, **kw) for s in splits]
+            return [simt.simt_tactic(TINY_SIMT[0], meta, offs, epilogue=epilogue, splits=s, **kw) for s in splits]
+        return [tf32.tf32_tactic(TINY_TF32[0], meta, offs, epilogue=epilogue, splits=s, **kw) for s in splits]
     return make
 
 
@@ -161,11 +162,11 @@ def test_epilogue_once_with_and_without_split(rng, kind, op_type, feeds, attrs):
 
 def test_split_k_offered_for_skinny_products(rng, monkeypatch):
     """Few output tiles and a long K: split-K tactics come first, sized by the heuristic."""
-    monkeypatch.setattr(gemm_simt, "MIN_KTILES_PER_SPLIT", 2)
+    monkeypatch.setattr(simt, "MIN_KTILES_PER_SPLIT", 2)
     names = check_new_tactics("MatMul", {"a": rand(rng, (8, 48)), "b": rand(rng, (48, 8))})
     assert names[0].startswith("tf32_16x8x8_w1x1_splitk")
     assert [n for n in names if n.startswith("simt")][0].startswith("simt8x8x4_4x4_splitk")
-    assert gemm_simt.split_chunk(48, 4, 5) == (4, 12)  # K tiles spread evenly, none empty
+    assert simt.split_chunk(48, 4, 5) == (4, 12)  # K tiles spread evenly, none empty
 
 
 # ----------------------------------------------------------------------------- the cp.async pipeline
@@ -175,9 +176,9 @@ PIPELINED = (Tf32Config(1, 1, 1, 1, 8, stages=2), Tf32Config(1, 1, 1, 1, 8, stag
 
 def _plan(op_type, feeds, attrs):
     if op_type == "Gemm":
-        return matmul_kernels.gemm_plan(feeds["a"].shape, feeds["b"].shape, None, bool(attrs.get("transA")),
+        return matmul_plan.gemm_plan(feeds["a"].shape, feeds["b"].shape, None, bool(attrs.get("transA")),
                                         bool(attrs.get("transB")), 1.0, 0.0, False)
-    return matmul_kernels.product_plan(feeds["a"].shape, feeds["b"].shape)
+    return matmul_plan.product_plan(feeds["a"].shape, feeds["b"].shape)
 
 
 @pytest.mark.parametrize("config", PIPELINED, ids=lambda c: c.name)
@@ -192,9 +193,9 @@ def test_tf32_pipelined_matches_the_reference(rng, config, op_type, shapes, attr
     either operand layout, batches and split K."""
     feeds = {k: rand(rng, v) for k, v in shapes.items()}
     meta, offs = _plan(op_type, feeds, attrs)
-    assert gemm_tf32.pipelined_fits(config, meta, offs)
+    assert tf32.pipelined_fits(config, meta, offs)
     graph = import_model(single_node_model(op_type, feeds, attrs), registry=default_registry())
-    tactic = gemm_tf32.tf32_tactic(config, meta, offs, epilogue=no_epilogue(2), splits=splits)
+    tactic = tf32.tf32_tactic(config, meta, offs, epilogue=no_epilogue(2), splits=splits)
     assert tactic.params["stages"] == config.stages and tactic.params["splits"] == splits
     want = ReferenceExecutor(graph, default_registry()).run(feeds)[graph.outputs[0]]
     assert_close(run_tactic(graph, tactic, feeds)[0], want, tactic, op_type)
@@ -202,11 +203,11 @@ def test_tf32_pipelined_matches_the_reference(rng, config, op_type, shapes, attr
 
 def test_tf32_pipelined_offered_only_for_whole_aligned_tiles(rng):
     config = PIPELINED[0]
-    fits = [gemm_tf32.pipelined_fits(config, *matmul_kernels.product_plan(a, b))
+    fits = [tf32.pipelined_fits(config, *matmul_plan.product_plan(a, b))
             for a, b in (((16, 16), (16, 8)), ((13, 16), (16, 8)), ((16, 12), (12, 8)), ((16, 16), (16, 10)))]
     assert fits == [True, False, False, False]
     with pytest.raises(ValueError, match="16-byte"):
-        gemm_tf32.tf32_tactic(config, *matmul_kernels.product_plan((13, 16), (16, 8)), epilogue=no_epilogue(2))
+        tf32.tf32_tactic(config, *matmul_plan.product_plan((13, 16), (16, 8)), epilogue=no_epilogue(2))
 
 
 def test_tf32_pipelined_falls_back_on_misaligned_operands(rng):
@@ -216,8 +217,8 @@ def test_tf32_pipelined_falls_back_on_misaligned_operands(rng):
     from plugrt.launcher import PreparedLaunch
 
     a, b = rand(rng, (16, 16)), rand(rng, (16, 8))
-    meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
-    tactic = gemm_tf32.tf32_tactic(PIPELINED[0], meta, offs, epilogue=no_epilogue(2))
+    meta, offs = matmul_plan.product_plan(a.shape, b.shape)
+    tactic = tf32.tf32_tactic(PIPELINED[0], meta, offs, epilogue=no_epilogue(2))
     pipelined = tactic.launches([cuda.to_device(a), cuda.to_device(b)], [cuda.device_array((16, 8), F32)], None)
     ins = []
     for host in (a, b):
@@ -238,8 +239,8 @@ def test_tf32_pipelined_falls_back_on_misaligned_operands(rng):
 
 def test_production_configurations_on_one_small_product(rng, monkeypatch):
     """128x128 (256 threads) SIMT and TF32 blocks, one ragged tile, two K tiles."""
-    monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", (SimtConfig(128, 128, 8, 8, 8),))
-    monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", (Tf32Config(2, 4, 4, 4, 16),))
+    monkeypatch.setattr(simt, "SIMT_CONFIGS", (SimtConfig(128, 128, 8, 8, 8),))
+    monkeypatch.setattr(tf32, "TF32_CONFIGS", (Tf32Config(2, 4, 4, 4, 16),))
     names = check_new_tactics("MatMul", {"a": rand(rng, (100, 20)), "b": rand(rng, (20, 72))})
     assert names == ["tf32_128x128x16_w2x4", "simt128x128x8_8x8"]
 
@@ -260,12 +261,12 @@ def _tactics(op_type, shapes, dtype=F32, attrs=None):
 
 
 def test_production_tactics_params_and_order(monkeypatch):
-    monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", PRODUCTION_SIMT)
-    monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", PRODUCTION_TF32)
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", PRODUCTION_WGMMA[:1])
+    monkeypatch.setattr(simt, "SIMT_CONFIGS", PRODUCTION_SIMT)
+    monkeypatch.setattr(tf32, "TF32_CONFIGS", PRODUCTION_TF32)
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", PRODUCTION_WGMMA[:1])
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if t.name.startswith("wgmma")]
-    assert [t.name for t in tactics] == (["wgmma_128x256x32_s4"] if gemm_wgmma.hopper() else [])
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", ())
+    assert [t.name for t in tactics] == (["wgmma_128x256x32_s4"] if wgmma.hopper() else [])
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", ())
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if is_new(t)]
     assert [t.name for t in tactics] == ["tf32_256x128x32_w4x2_s3", "tf32_128x128x16_w2x4_s4", "tf32_128x128x16_w2x4",
                                          "simt128x128x8_8x4_occ1", "simt128x128x8_8x8_occ1", "simt128x64x8_8x8_occ1",
@@ -296,7 +297,7 @@ def test_float32_only(dtype):
 
 def test_config_checks():
     with pytest.raises(ValueError, match="divide"):
-        gemm_simt.simt_kernel(SimtConfig(8, 8, 4, 3, 4), True, False, False, False, no_epilogue(2).fn)
+        simt.simt_kernel(SimtConfig(8, 8, 4, 3, 4), True, False, False, False, no_epilogue(2).fn)
     with pytest.raises(ValueError, match="divide"):
         Tf32Config(1, 1, 1, 1, 4).check()
 
@@ -312,11 +313,11 @@ def test_tensor_cores_match_the_emulated_sibling(rng):
     a, b = rand(rng, (300, 200)), rand(rng, (200, 260))
     registry = default_registry()
     graph = import_model(single_node_model("MatMul", {"a": a, "b": b}), registry=registry)
-    meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
+    meta, offs = matmul_plan.product_plan(a.shape, b.shape)
     config = Tf32Config(2, 4, 4, 4, 16)
     out = {}
     for emulated in (False, True):
-        tactic = gemm_tf32.tf32_tactic(config, meta, offs, epilogue=no_epilogue(2), emulated=emulated)
+        tactic = tf32.tf32_tactic(config, meta, offs, epilogue=no_epilogue(2), emulated=emulated)
         out[emulated] = run(graph, tactic, {"a": a, "b": b})[0]
     scale = np.max(np.abs(a.astype(np.float64) @ b))
     assert np.max(np.abs(out[False] - out[True])) <= 1e-4 * scale
@@ -333,11 +334,11 @@ def test_pipelined_tensor_cores_match_the_emulated_sibling(rng, trans_b):
     a, b = rand(rng, (256, 160)), rand(rng, (256, 160) if trans_b else (160, 128))
     feeds = {"a": a, "b": b}
     graph = import_model(single_node_model("Gemm", feeds, {"transB": trans_b}), registry=default_registry())
-    meta, offs = matmul_kernels.gemm_plan(a.shape, b.shape, None, False, bool(trans_b), 1.0, 0.0, False)
+    meta, offs = matmul_plan.gemm_plan(a.shape, b.shape, None, False, bool(trans_b), 1.0, 0.0, False)
     want = a.astype(np.float64) @ (b.T if trans_b else b)
     scale = np.max(np.abs(want))
     for splits in (1, 2):
-        out = {e: run(graph, gemm_tf32.tf32_tactic(PRODUCTION_TF32[0], meta, offs, epilogue=no_epilogue(2),
+        out = {e: run(graph, tf32.tf32_tactic(PRODUCTION_TF32[0], meta, offs, epilogue=no_epilogue(2),
                                                    splits=splits, emulated=e), feeds)[0] for e in (False, True)}
         assert np.max(np.abs(out[False] - out[True])) <= 1e-4 * scale, f"splits {splits}"
         assert np.max(np.abs(out[False] - want)) <= TF32_TOL * scale
@@ -356,9 +357,9 @@ def test_inline_ptx_assembles_for_sm_90(tmp_path):
     names = ["%f10", "%f11", "%f12", "%f13", "%r1", "%r2", "%r3", "%r4", "%r5", "%r6", "%f1", "%f2", "%f3", "%f4"]
     for index in reversed(range(len(names))):
         mma = mma.replace(f"${index}", names[index])
-    copy = gemm_tf32.CP_ASYNC_PTX.replace("$0", "%rd2").replace("$1", "%rd1")
-    ldsm4 = gemm_tf32.LDMATRIX_X4_PTX.replace("$4", "%rd2")
-    ldsm2 = gemm_tf32.LDMATRIX_X2_PTX.replace("$2", "%rd2")
+    copy = mma_sync.CP_ASYNC_PTX.replace("$0", "%rd2").replace("$1", "%rd1")
+    ldsm4 = mma_sync.LDMATRIX_X4_PTX.replace("$4", "%rd2")
+    ldsm2 = mma_sync.LDMATRIX_X2_PTX.replace("$2", "%rd2")
     for index, name in enumerate(["%r1", "%r2", "%r3", "%r4"]):
         ldsm4 = ldsm4.replace(f"${index}", name)
         ldsm2 = ldsm2.replace(f"${index}", name)
@@ -410,7 +411,7 @@ def test_gemm_kernels_compile_for_the_gpu():
 
     failures = compile_kernels("""
         from numba import cuda, float32
-        from plugrt_builtin_ops import gemm_simt as gs, gemm_tf32 as gt
+        from plugrt_builtin_ops.matmul import simt as gs, tf32 as gt
 
         @cuda.jit(device=True)
         def epi(v, i, ops):

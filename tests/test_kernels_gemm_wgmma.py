@@ -19,10 +19,11 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import run_tactic, single_node_model
-from plugrt_builtin_ops import gemm_simt, gemm_tf32, gemm_wgmma, matmul_kernels
-from plugrt_builtin_ops.gemm_simt import SimtConfig
-from plugrt_builtin_ops.gemm_tf32 import Tf32Config
-from plugrt_builtin_ops.gemm_wgmma import WgmmaConfig
+from plugrt_builtin_ops.matmul import simt, tf32, wgmma
+from plugrt_builtin_ops.matmul import plan as matmul_plan, tactics as matmul_tactics
+from plugrt_builtin_ops.matmul.simt import SimtConfig
+from plugrt_builtin_ops.matmul.tf32 import Tf32Config
+from plugrt_builtin_ops.matmul.wgmma import WgmmaConfig
 
 from test_kernels_epilogue import _node, _reference, _run, residual_relu, residual_relu_numpy
 
@@ -30,14 +31,14 @@ F32 = np.float32
 TF32_TOL = 5e-3
 #: One warpgroup over 8 columns, 3 stages (one tile ahead); over 16 columns, 4 stages.
 TINY = (WgmmaConfig(1, 8, 3), WgmmaConfig(1, 16, 4))
-PRODUCTION = gemm_wgmma.WGMMA_CONFIGS
+PRODUCTION = wgmma.WGMMA_CONFIGS
 
 
 @pytest.fixture(autouse=True)
 def tiny_configs(monkeypatch):
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", TINY)
-    monkeypatch.setattr(gemm_simt, "SIMT_CONFIGS", (SimtConfig(8, 8, 4, 4, 4),))
-    monkeypatch.setattr(gemm_tf32, "TF32_CONFIGS", (Tf32Config(1, 1, 1, 1, 8),))
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", TINY)
+    monkeypatch.setattr(simt, "SIMT_CONFIGS", (SimtConfig(8, 8, 4, 4, 4),))
+    monkeypatch.setattr(tf32, "TF32_CONFIGS", (Tf32Config(1, 1, 1, 1, 8),))
 
 
 def rand(rng, shape):
@@ -47,10 +48,10 @@ def rand(rng, shape):
 def plan(op_type, feeds, attrs):
     if op_type == "Gemm":
         c = feeds.get("c")
-        return matmul_kernels.gemm_plan(feeds["a"].shape, feeds["b"].shape, None if c is None else c.shape,
+        return matmul_plan.gemm_plan(feeds["a"].shape, feeds["b"].shape, None if c is None else c.shape,
                                         bool(attrs.get("transA")), bool(attrs.get("transB")),
                                         attrs.get("alpha", 1.0), attrs.get("beta", 1.0), False)
-    return matmul_kernels.product_plan(feeds["a"].shape, feeds["b"].shape)
+    return matmul_plan.product_plan(feeds["a"].shape, feeds["b"].shape)
 
 
 def close(got, want, label=""):
@@ -100,7 +101,7 @@ def test_whole_tiles_copy_in_blocks(rng, op_type, shapes, attrs):
     block of fixed offsets (16-byte chunks of A; 4-byte copies of B or 16-byte ones)."""
     feeds = {k: rand(rng, v) for k, v in shapes.items()}
     meta, offs = plan(op_type, feeds, attrs)
-    tactic = gemm_wgmma.wgmma_tactic(WgmmaConfig(2, 8, 3), meta, offs, epilogue=no_epilogue(2))
+    tactic = wgmma.wgmma_tactic(WgmmaConfig(2, 8, 3), meta, offs, epilogue=no_epilogue(2))
     graph = import_model(single_node_model(op_type, feeds, attrs), registry=default_registry())
     want = ReferenceExecutor(graph, default_registry()).run(feeds)[graph.outputs[0]]
     close(run_tactic(graph, tactic, feeds)[0], want, op_type)
@@ -111,7 +112,7 @@ def test_split_k(rng, splits):
     """K 96 = three tiles split 2+1 or 1+1+1; partial sums in the workspace."""
     feeds = {"a": rand(rng, (64, 96)), "b": rand(rng, (96, 8))}
     meta, offs = plan("MatMul", feeds, {})
-    tactic = gemm_wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=no_epilogue(2), splits=splits)
+    tactic = wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=no_epilogue(2), splits=splits)
     assert tactic.params["splits"] == splits and tactic.workspace_bytes > 0
     graph = import_model(single_node_model("MatMul", feeds), registry=default_registry())
     close(run_tactic(graph, tactic, feeds)[0], feeds["a"].astype(np.float64) @ feeds["b"], f"splits {splits}")
@@ -125,7 +126,7 @@ def test_epilogue_runs_once_per_element(rng):
     want = residual_relu_numpy(_reference(graph, feeds).astype(np.float64), residual.astype(np.float64))
     meta, offs = plan("MatMul", feeds, {})
     for splits in (1, 2):
-        tactic = gemm_wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=epilogue, splits=splits)
+        tactic = wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=epilogue, splits=splits)
         got, counts = _run(graph, tactic, feeds, [residual])
         np.testing.assert_array_equal(counts, 1, err_msg=f"{tactic.name}: epilogue calls per element")
         close(got, want, tactic.name)
@@ -133,10 +134,10 @@ def test_epilogue_runs_once_per_element(rng):
 
 def test_layouts_that_do_not_suit_are_not_offered(rng):
     # K = 10 with A K-contiguous: 16-byte chunks would straddle rows
-    assert gemm_wgmma.operand_layouts(*matmul_kernels.product_plan((64, 10), (10, 8))) is None
+    assert wgmma.operand_layouts(*matmul_plan.product_plan((64, 10), (10, 8))) is None
     _, tactics = wgmma_tactics("MatMul", {"a": rand(rng, (64, 10)), "b": rand(rng, (10, 8))}, {})
     assert not tactics
-    assert gemm_wgmma.operand_layouts(*matmul_kernels.product_plan((64, 12), (12, 8))) == (True, False)
+    assert wgmma.operand_layouts(*matmul_plan.product_plan((64, 12), (12, 8))) == (True, False)
     # too small for the tile: the other families serve it
     _, tactics = wgmma_tactics("MatMul", {"a": rand(rng, (16, 12)), "b": rand(rng, (12, 8))}, {})
     assert not tactics
@@ -153,9 +154,9 @@ def test_misaligned_operands_fall_back(rng):
     from plugrt.launcher import PreparedLaunch
 
     a, b = rand(rng, (64, 16)), rand(rng, (16, 8))
-    meta, offs = matmul_kernels.product_plan(a.shape, b.shape)
-    fallback = gemm_simt.simt_tactic(gemm_simt.SIMT_CONFIGS[0], meta, offs, epilogue=no_epilogue(2))
-    tactic = gemm_wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=no_epilogue(2), fallback=fallback)
+    meta, offs = matmul_plan.product_plan(a.shape, b.shape)
+    fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, epilogue=no_epilogue(2))
+    tactic = wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=no_epilogue(2), fallback=fallback)
     direct = tactic.launches([cuda.to_device(a), cuda.to_device(b)], [cuda.device_array((64, 8), F32)], None)
     ins = []
     for host in (a, b):
@@ -172,8 +173,8 @@ def test_misaligned_operands_fall_back(rng):
 
 
 def test_production_order_and_params(monkeypatch):
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", PRODUCTION)
-    tactics = matmul_kernels.gemm_tactics(F32, F32, F32, *matmul_kernels.product_plan((4096, 4096), (4096, 4096)),
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", PRODUCTION)
+    tactics = matmul_tactics.gemm_tactics(F32, F32, F32, *matmul_plan.product_plan((4096, 4096), (4096, 4096)),
                                           epilogue=no_epilogue(2))
     names = [t.name for t in tactics]
     assert names[:2] == ["wgmma_128x256x32_s4", "wgmma_128x128x32_s5"]
@@ -189,7 +190,7 @@ def test_wgmma_kernels_compile_for_the_gpu():
 
     failures = compile_kernels("""
         from numba import cuda, float32
-        from plugrt_builtin_ops import gemm_wgmma as W
+        from plugrt_builtin_ops.matmul import wgmma as W
 
         @cuda.jit(device=True)
         def epi(v, i, ops):
@@ -217,7 +218,7 @@ def test_wgmma_kernels_compile_for_the_gpu():
 ])
 def test_wgmma_on_the_gpu(rng, monkeypatch, op_type, shapes, attrs):
     """Production tiles: the tensor cores against float64 and against the emulated sibling."""
-    monkeypatch.setattr(gemm_wgmma, "WGMMA_CONFIGS", PRODUCTION)
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", PRODUCTION)
     feeds = {k: rand(rng, v) for k, v in shapes.items()}
     graph = import_model(single_node_model(op_type, feeds, attrs), registry=default_registry())
     want = ReferenceExecutor(graph, default_registry()).run(feeds)[graph.outputs[0]].astype(np.float64)
@@ -225,7 +226,7 @@ def test_wgmma_on_the_gpu(rng, monkeypatch, op_type, shapes, attrs):
     scale = float(np.max(np.abs(want)))
     for config in PRODUCTION:
         for splits in (1, 2):
-            out = {e: run_tactic(graph, gemm_wgmma.wgmma_tactic(config, meta, offs, epilogue=no_epilogue(2),
+            out = {e: run_tactic(graph, wgmma.wgmma_tactic(config, meta, offs, epilogue=no_epilogue(2),
                                                                  splits=splits, emulated=e), feeds)[0]
                    for e in (False, True)}
             label = f"{config.name} splits {splits}"

@@ -14,7 +14,7 @@ from plugrt.ir.graph import Node
 from plugrt.plugin import TensorInfo
 from plugrt.registry import default_registry
 from plugrt.testing import check_node
-from plugrt_builtin_ops import matmul_kernels
+from plugrt_builtin_ops.matmul import tactics as matmul_tactics
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: (1e-2, 1e-2), F32: (1e-4, 1e-5), F64: (1e-10, 1e-12)}
@@ -25,7 +25,7 @@ ODD = (3, 4, 2, 1, 2)
 
 @pytest.fixture(autouse=True)
 def tiny_tiles(monkeypatch):
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", (TINY,))
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", (TINY,))
 
 
 def rand(rng, shape, dtype=F32):
@@ -67,13 +67,13 @@ def test_matmul_empty(rng, a_shape, b_shape):
 
 
 def test_matmul_odd_tile_and_grid_loop(rng, monkeypatch):
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", (ODD,))
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", (ODD,))
     check("MatMul", {"a": rand(rng, (2, 7, 5)), "b": rand(rng, (5, 9))})
     check("Gemm", {"a": rand(rng, (5, 7)), "b": rand(rng, (9, 5))}, {"transA": 1, "transB": 1})
 
 
 def test_production_tiles(rng, monkeypatch):
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", matmul_kernels._DEFAULT_TILE_CONFIGS)
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", matmul_tactics._DEFAULT_TILE_CONFIGS)
     check("MatMul", {"a": rand(rng, (3, 5)), "b": rand(rng, (5, 4))})
 
 
@@ -157,7 +157,7 @@ def _tactics(op_type, shapes, dtype=F32, attrs=None):
 
 
 def test_tactics_are_ranked_and_named(monkeypatch):
-    monkeypatch.setattr(matmul_kernels, "TILE_CONFIGS", matmul_kernels._DEFAULT_TILE_CONFIGS)
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", matmul_tactics._DEFAULT_TILE_CONFIGS)
     # The SIMT and TF32 families (tests/test_kernels_gemm_tactics.py) come first on a GPU;
     # among the tiled tactics the tile that fits the shape leads.
     big = [t.name for t in _tactics("MatMul", [(4, 512, 768), (768, 3072)])]

@@ -10,7 +10,7 @@ from plugrt.kernels import broadcast_strides
 from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
 from plugrt.testing import check_node, node_tactics, single_node_model
-from plugrt_builtin_ops.normalization_kernels import PER_COL, PER_ROW, TABLE, RowView, param_index
+from plugrt_builtin_ops.normalization.row_norm import PER_COL, PER_ROW, TABLE, RowView, param_index
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: dict(rtol=3e-3, atol=3e-3), F32: dict(rtol=2e-4, atol=2e-5), F64: dict(rtol=1e-10, atol=1e-12)}

@@ -106,19 +106,20 @@ def test_kernels_compile_for_the_gpu():
     from cuda_typing import compile_kernels
 
     failures = compile_kernels("""
-        from plugrt_builtin_ops import pooling_kernels as pk
+        from plugrt_builtin_ops.common.scalars import compute_type
+        from plugrt_builtin_ops.pooling import global_pool as gp, window_pool as pk
         G = arr(np.int64, 2)
         for dt in ("float16", "float32", "float64", "int8", "uint8"):
-            c = scalar(pk.compute_type(dt)[1])
+            c = scalar(compute_type(dt)[1])
             check(f"MaxPool {dt}", pk.max_pool_kernel(np.dtype(dt).str),
                   [arr(dt), arr(np.int64), arr(dt), I64, I64, I64, I64, I64, G, c, I64], dt != "float64")
         for dt in ("float16", "float32", "float64"):
-            c = scalar(pk.compute_type(dt)[1])
+            c = scalar(compute_type(dt)[1])
             for lp in (False, True):
                 check(f"sum pool {dt} lp={lp}", pk.sum_pool_kernel(np.dtype(dt).str, lp),
                       [arr(dt), arr(dt), I64, I64, I64, I64, I64, G, I64, c, c], dt != "float64")
             for kind in ("avg", "max", "lp"):
-                check(f"global {kind} {dt}", pk.global_pool_kernel(np.dtype(dt).str, kind),
+                check(f"global {kind} {dt}", gp.global_pool_kernel(np.dtype(dt).str, kind),
                       [arr(dt), arr(dt), I64, I64, c, c], dt != "float64")
     """)
     assert not failures, "\n".join(failures)

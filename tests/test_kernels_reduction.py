@@ -10,8 +10,8 @@ from plugrt.errors import UnsupportedError
 from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
 from plugrt.testing import check_node, node_tactics, single_node_model
-from plugrt_builtin_ops import reduction_kernels
-from plugrt_builtin_ops.reduction_kernels import AxesView
+from plugrt_builtin_ops.reduction import reduce
+from plugrt_builtin_ops.reduction.reduce import AxesView
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 TOL = {F16: dict(rtol=3e-3, atol=3e-3), F32: dict(rtol=2e-5, atol=1e-5), F64: dict(rtol=1e-12, atol=1e-12)}
@@ -72,8 +72,8 @@ def test_axes_view_merges_neighbouring_axes():
 
 
 def test_equal_nodes_share_kernels():
-    a = reduction_kernels.reduce_block_kernel("ReduceSum", "float32", 4, 2)
-    assert a is reduction_kernels.reduce_block_kernel("ReduceSum", "float32", 4, 2)
+    a = reduce.reduce_block_kernel("ReduceSum", "float32", 4, 2)
+    assert a is reduce.reduce_block_kernel("ReduceSum", "float32", 4, 2)
 
 
 def test_both_tactics_offered_in_heuristic_order():

@@ -11,7 +11,8 @@ import pytest
 from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
 from plugrt.testing import check_node, node_tactics, single_node_model
-from plugrt_builtin_ops import pooling_kernels, reduction_kernels
+from plugrt_builtin_ops.pooling import global_pool, window_pool
+from plugrt_builtin_ops.reduction import reduce
 
 F16, F32 = np.float16, np.float32
 
@@ -30,16 +31,16 @@ def _x(rng, shape, dtype=F32):
 
 
 def test_window_block_order_follows_the_output_size():
-    assert pooling_kernels.window_block_order(32 * 64 * 112 * 112) == (256, 128, 64)
-    assert pooling_kernels.window_block_order(64 * 56 * 56 // 4) == (128, 256, 64)
-    assert pooling_kernels.window_block_order(1000) == (64, 128, 256)
+    assert window_pool.window_block_order(32 * 64 * 112 * 112) == (256, 128, 64)
+    assert window_pool.window_block_order(64 * 56 * 56 // 4) == (128, 256, 64)
+    assert window_pool.window_block_order(1000) == (64, 128, 256)
 
 
 def test_global_block_order_follows_the_plane():
-    assert pooling_kernels.global_block_order(7 * 7)[0] == 32       # ResNet's last plane
-    assert pooling_kernels.global_block_order(14 * 14)[0] == 64
-    assert pooling_kernels.global_block_order(56 * 56)[:2] == (256, 128)
-    assert sorted(pooling_kernels.global_block_order(1)) == [32, 64, 128, 256]
+    assert global_pool.global_block_order(7 * 7)[0] == 32       # ResNet's last plane
+    assert global_pool.global_block_order(14 * 14)[0] == 64
+    assert global_pool.global_block_order(56 * 56)[:2] == (256, 128)
+    assert sorted(global_pool.global_block_order(1)) == [32, 64, 128, 256]
 
 
 @pytest.mark.parametrize("op, attrs, n_outputs", [
@@ -76,10 +77,10 @@ def test_global_pool_tiny_plane(rng):
 
 
 def test_block_shapes():
-    assert reduction_kernels.block_shapes(3, 300) == [(128, 2), (256, 1), (32, 4)]
-    assert reduction_kernels.block_shapes(100, 3000) == [(256, 1), (32, 8), (128, 2)]
-    assert reduction_kernels.block_shapes(1, 1000) == [(256, 1), (32, 1), (128, 1)]
-    assert reduction_kernels.block_shapes(4096, 7) == [(32, 8)]  # a row never gets more threads than a warp
+    assert reduce.block_shapes(3, 300) == [(128, 2), (256, 1), (32, 4)]
+    assert reduce.block_shapes(100, 3000) == [(256, 1), (32, 8), (128, 2)]
+    assert reduce.block_shapes(1, 1000) == [(256, 1), (32, 1), (128, 1)]
+    assert reduce.block_shapes(4096, 7) == [(32, 8)]  # a row never gets more threads than a warp
 
 
 LONG = (3, 300)  # three rows of 300: three block shapes and the thread form
@@ -120,8 +121,9 @@ def test_block_kernels_compile_for_the_gpu():
     from cuda_typing import compile_kernels
 
     failures = compile_kernels("""
-        from plugrt_builtin_ops import arg_kernels as ak, pooling_kernels as pk, reduction_kernels as rk
-        from plugrt_builtin_ops import softmax_kernels as sk
+        from plugrt_builtin_ops.common.scalars import compute_type
+        from plugrt_builtin_ops.pooling import global_pool as gp
+        from plugrt_builtin_ops.reduction import argmax as ak, reduce as rk, softmax as sk
 
         shapes = sorted({s for n_out, n_red in ((3, 300), (100, 3000), (1, 1000), (4096, 7), (2, 64))
                          for s in rk.block_shapes(n_out, n_red)})
@@ -137,9 +139,9 @@ def test_block_kernels_compile_for_the_gpu():
                           [arr(dt), arr(dt)] + view, True)
                 check(f"argmax {dt} {bx}x{by}", ak.arg_block_kernel(dt, True, False, False, bx, by),
                       [arr(dt), arr(np.int64)] + view, True)
-            c = scalar(pk.compute_type(dt)[1])
+            c = scalar(compute_type(dt)[1])
             for kind in ("avg", "max", "lp"):
-                check(f"global {kind} {dt}", pk.global_pool_kernel(np.dtype(dt).str, kind),
+                check(f"global {kind} {dt}", gp.global_pool_kernel(np.dtype(dt).str, kind),
                       [arr(dt), arr(dt), I64, I64, c, c], True)
     """)
     assert not failures, "\n".join(failures)

@@ -1,5 +1,5 @@
-"""CUDA tactics of the data-movement ops (shape_kernels) and generator ops
-(generator_kernels) against their NumPy references, in the simulator without a GPU.
+"""CUDA tactics of the data-movement ops (``shape.copies``, ``shape.transpose``) and generator
+ops (``shape.generators``) against their NumPy references, in the simulator without a GPU.
 
 Every dtype class (float16/32/64, signed and unsigned ints, bool), negative axes, empty
 and rank-0 tensors, and inputs known at build time versus runtime tensors.

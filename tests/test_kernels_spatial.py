@@ -220,17 +220,18 @@ def test_kernels_compile_for_the_gpu():
     from cuda_typing import compile_kernels
 
     failures = compile_kernels("""
-        from plugrt_builtin_ops import pooling_kernels as pk, resize_kernels as rk, spatial_kernels as sk
+        from plugrt_builtin_ops.common.scalars import compute_type
+        from plugrt_builtin_ops.spatial import pad as sk, permute as pk, resize as rk
         G = arr(np.int64, 2)
         T = arr(np.int64)
         for dt in ("float16", "bool", "int64"):
             for mode in sk.PAD_MODES:
                 check(f"Pad {mode} {dt}", sk.pad_kernel(mode), [arr(dt), arr(dt), arr(dt), I64, I64, G], True)
-            check(f"permute {dt}", sk.permute_kernel(), [arr(dt), arr(dt), I64, I64, T, T], True)
+            check(f"permute {dt}", pk.permute_kernel(), [arr(dt), arr(dt), I64, I64, T, T], True)
             check(f"nearest {dt}", rk.nearest_kernel(), [arr(dt), arr(dt), arr(dt), I64, I64, G, T], True)
         for dt in ("float16", "float32", "float64", "int8", "uint8", "int64", "uint64"):
             d = np.dtype(dt)
-            c = scalar(np.float64 if d.kind in "iu" else pk.compute_type(dt)[1])
+            c = scalar(np.float64 if d.kind in "iu" else compute_type(dt)[1])
             check(f"weighted {dt}", rk.weighted_kernel(d.str), [arr(dt), arr(dt), c, I64, I64, G, T, arr(c), I64, c, c],
                   d.kind == "f" and d != np.float64)
     """)

@@ -212,7 +212,7 @@ def test_symbolic_batch_and_spatial_dims(rng, op, attrs):
 def test_infer_symbolic_names_distinguish_parameters():
     from plugrt.ir.graph import Node
     from plugrt.plugin import TensorInfo
-    from plugrt_builtin_ops.conv import Conv
+    from plugrt_builtin_ops.conv.ops import Conv
 
     def out_shape(**attrs):
         full = dict(auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None)

@@ -13,7 +13,7 @@ from plugrt.passes import fold_scales
 from plugrt.plugin import TensorInfo
 from plugrt.registry import default_registry
 from plugrt.testing import check_pass
-from plugrt_builtin_ops.elementwise import vector_along
+from plugrt_builtin_ops.common.scale_folding import vector_along
 
 F32 = np.float32
 TOL = {"rtol": 1e-4, "atol": 1e-5}

@@ -4,6 +4,7 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,31 @@ def test_core_never_imports_builtin_ops():
                 offenders.append(str(path))
         if "plugrt_builtin_ops" in path.read_text():
             offenders.append(str(path))
+    assert not offenders
+
+
+def test_builtin_ops_are_one_package_per_family():
+    """builtin_ops/ has no module at its top level but ``__init__.py``; each family package
+    (with its ``ops.py``) is one ``builtin-<family>`` entry point; and no module imports a
+    private name from another family (what families share is in ``plugrt_builtin_ops.common``)."""
+    builtin = ROOT / "builtin_ops"
+    assert [p.name for p in builtin.glob("*.py")] == ["__init__.py"]
+    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["plugrt.plugins"]
+    families = {p.parent.name for p in builtin.glob("*/__init__.py")} - {"common"}
+    assert entry_points == {f"builtin-{family}": f"plugrt_builtin_ops.{family}" for family in families}
+    assert all((builtin / family / "ops.py").is_file() for family in families)
+    offenders = []
+    for path in builtin.rglob("*.py"):
+        package = ["plugrt_builtin_ops", *path.relative_to(builtin).parts[:-1]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{module}.{alias.name}".split(".")
+                if target[0] == "plugrt_builtin_ops" and target[1:2] != package[1:2] and target[-1].startswith("_"):
+                    offenders.append(f"{path.relative_to(ROOT)}: {'.'.join(target)}")
     assert not offenders
 
 

@@ -1,0 +1,9 @@
+"""What several op families share, so that no family imports another's private names.
+
+- :mod:`.scalars`: the scalar type a kernel computes a dtype in, and NaN-propagating
+  ``maximum``/``minimum`` device functions (elementwise, activation, pooling, resize);
+- :mod:`.scale_folding`: :func:`~.scale_folding.vector_along`, which anchors (Conv,
+  MatMul, Gemm) use to fold a per-channel scale into their weights.
+
+No entry point: this package holds no op.
+"""

@@ -1,0 +1,113 @@
+"""The tactics of MatMul, Gemm and MatMulInteger, chosen and ordered.
+
+:func:`product_tactics` ranks the tiled tactics (:mod:`.tiled`; those that fill the GPU
+first) and places the direct one (first for matrix-vector products, else last); float
+products also get the float32 GEMM tactics of :func:`gemm_tactics`, ahead of those on a
+GPU. :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
+first (Hopper's ``wgmma``, :mod:`.wgmma`, then ``mma.sync``, :mod:`.tf32`), then the SIMT
+SGEMM (:mod:`.simt`). This is the one module that imports those kernel modules for the
+op plugins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugrt.device import simulated
+from plugrt.kernels import Epilogue, flat, grid_1d, to_device
+from plugrt.tactic import Launch, Tactic
+
+from .plan import M_, N_, NB, USE_C, scaling_type
+from .simt import simt_tactics
+from .tf32 import tf32_tactics
+from .tiled import direct_kernel, tiled_kernel
+from .wgmma import wgmma_tactics
+
+#: Tiled configurations offered on a GPU: (BM, BN, BK, TM, TN). Tests may swap in tiny ones.
+TILE_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
+    (64, 64, 16, 4, 4),
+    (128, 128, 8, 8, 8),
+    (32, 32, 16, 2, 2),
+)
+_DEFAULT_TILE_CONFIGS = TILE_CONFIGS
+#: Blocks a tiled launch is capped at in the simulator (each block is a set of Python threads).
+SIM_BLOCKS = 2
+#: Grid cap for tiled kernels on a GPU (they loop over tiles with a stride of gridDim.x).
+MAX_TILE_BLOCKS = 1 << 20
+#: Block count under which a GPU is not filled (132 SMs on an H200).
+FILL_BLOCKS = 132
+
+
+def _present(ins, index):
+    return ins[index] if index < len(ins) else None
+
+
+def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                    alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None,
+                    zero_points: bool = False) -> list[Tactic]:
+    """The tiled tactics and the direct one for a planned product, best first, each
+    applying ``epilogue`` at its store.
+
+    ``c_index``: the input holding Gemm's C (read when ``meta[USE_C]``). With
+    ``zero_points`` inputs 2 and 3 are A's and B's zero points (omitted ones read as 0).
+    The node's own inputs are ``ins[:epilogue.first]``; the epilogue's tensors follow.
+    """
+    key = (np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype), bool(zero_points))
+    nb, m, n = int(meta[NB]), int(meta[M_]), int(meta[N_])
+    total = nb * m * n
+    ep = scaling_type(out_dtype)
+
+    def arguments(ins, outs):
+        own = ins[:epilogue.first]
+        out, a, b = flat(outs[0]), flat(own[0]), flat(own[1])
+        c = flat(own[c_index]) if meta[USE_C] else out
+        azp, bzp = a, b
+        if zero_points:
+            given = [_present(own, 2), _present(own, 3)]
+            azp, bzp = (flat(z) if z is not None else to_device(np.zeros(1, dt)) for z, dt in zip(given, key[:2]))
+        return (out, a, b, c, azp, bzp, to_device(meta), to_device(offs), ep(alpha), ep(beta),
+                epilogue.arguments(ins))
+
+    def make(name, params, kernel, geometry):
+        def launches(ins, outs, workspace):
+            if total == 0:
+                return []
+            grid, block = geometry()
+            return [Launch(kernel, grid, block, arguments(ins, outs))]
+        return Tactic(name, launches, params)
+
+    ranked = []
+    for bm, bn, bk, tm, tn in TILE_CONFIGS:
+        blocks = nb * -(-m // bm) * -(-n // bn)
+        fills = blocks >= FILL_BLOCKS
+        grid = max(1, min(blocks, SIM_BLOCKS if simulated() else MAX_TILE_BLOCKS))
+        block = (bm // tm) * (bn // tn)
+        kernel = tiled_kernel(*key, bm, bn, bk, tm, tn, epilogue.fn)
+        params = {"bm": bm, "bn": bn, "bk": bk, "tm": tm, "tn": tn}
+        tactic = make(f"tiled{bm}x{bn}x{bk}_{tm}x{tn}", params, kernel, lambda g=grid, t=block: (g, t))
+        ranked.append(((not fills, -bm * bn if fills else -blocks), tactic))
+    tactics = [t for _, t in sorted(ranked, key=lambda pair: pair[0])]
+    direct = make("direct", {}, direct_kernel(*key, epilogue.fn), lambda: grid_1d(total))
+    tactics.insert(0 if (m == 1 or n == 1) else len(tactics), direct)
+    if zero_points:
+        return tactics
+    fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
+                        c_index=c_index)
+    if not simulated():
+        return fast + tactics
+    # In the simulator the first tactic wins untimed: keep the exact, cheap ones first
+    # there (the direct tactic stays last when it is).
+    cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
+    return tactics[:cut] + fast + tactics[cut:]
+
+
+def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
+    """The float32 GEMM family for big products, best first: TF32 tensor cores
+    (``math="tf32"``, dropped by the tuner when TF32 is off; Hopper's ``wgmma`` first, then
+    ``mma.sync``), then SIMT SGEMM; each only where its tile suits the product (see
+    :func:`.simt.fits`)."""
+    kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
+    return (wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+            + tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+            + simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))

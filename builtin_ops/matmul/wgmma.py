@@ -1,0 +1,363 @@
+"""The Hopper TF32 tactic of MatMul and Gemm: warpgroup MMA (``wgmma.mma_async``, sm_90a).
+
+``mma.sync`` (:mod:`.tf32`) stalls near a quarter of cuBLAS TF32 on the H200: every
+warp loads its fragments from shared memory into registers before each MMA. ``wgmma``
+reads both operands straight from shared memory through 64-bit matrix descriptors, four
+warps (a warpgroup) at a time, asynchronously, with 64 x ``bn`` x 8 per instruction.
+
+A block is ``wgs`` warpgroups stacked along M (``bm = 64 * wgs``) over a ``bn``-column
+tile; each warpgroup owns 64 rows, ``bn / 2`` float32 accumulators per thread. Operand
+tiles of K 32 are copied with ``cp.async`` into a ring of ``stages`` shared buffers in the
+layout ``wgmma`` reads with the 128-byte swizzle: K-major (TF32 ``wgmma`` reads both
+operands K-major), a row's 32 floats in one 128-byte line, its 16-byte chunk ``c`` stored
+at chunk ``c ^ (row % 8)``; eight rows make one 1024-byte atom. K-contiguous operands copy
+16-byte chunks (consecutive threads along a row: coalesced, and conflict-free thanks to
+the swizzle); row-contiguous ones (B of a plain MatMul is ``[K, N]``) copy 4-byte
+elements, a warp taking 8 rows x 4 k, transposing on the way in. Out-of-range chunks
+are zero-filled (``cp.async``'s source size 0), so any M, N and K (K a multiple of 4
+for 16-byte chunks) run with no special edge kernels.
+
+Per K tile ``t``: wait for tile ``t``'s copies, ``fence.proxy.async`` (the copies were
+generic-proxy writes; ``wgmma`` reads through the async proxy), barrier; issue four
+``wgmma`` (K 8 each) and commit; start the copies of tile ``t + stages - 2`` into the
+buffer of tile ``t - 2``; wait until only this tile's MMAs are in flight (so tile
+``t - 2``'s buffer was free: every warpgroup had finished its MMAs before the barrier).
+The tensor cores always have the next group queued. The output tile then goes through
+shared memory to the fused
+epilogue (:func:`.simt.tile_store`), as the other GEMM kernels do.
+
+Operands are not rounded: the tensor cores read TF32 from the float32 bits (the low 13
+mantissa bits are dropped). In the simulator (no inline PTX, no warpgroup collectives)
+:func:`.wgmma_intrinsics.emulated_ops` computes each thread's accumulators by scalar FMAs on the same
+swizzled shared tiles with the operands truncated the same way, so the copies, the layout
+and the epilogue are tested there; the descriptors only on a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import float32, uint32
+
+from plugrt.device import simulated
+from plugrt.kernels import Epilogue, aligned, cuda, jit
+from plugrt.tactic import Tactic
+
+from . import simt
+from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
+from .simt import (
+    choose_splits, fits, gemm_launches, is_even, is_float32, staging_bytes, tile_store,
+)
+from .wgmma_intrinsics import BK, block_copier, copy_ops, ops_for
+
+#: Shared memory the ring is aligned to (the 128-byte swizzle's 1024-byte atom), in floats.
+ATOM_FLOATS = 256
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """``wgs`` warpgroups of 64 rows each over ``bn`` columns (8 to 256, a multiple of 8),
+    ``stages`` shared buffers of K 32: ``stages - 2`` tiles copied ahead while one is
+    multiplied and the previous one may still be read by MMAs in flight."""
+
+    wgs: int
+    bn: int
+    stages: int
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.wgs
+
+    @property
+    def bk(self) -> int:
+        return BK
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wgs
+
+    @property
+    def accumulators(self) -> int:
+        return self.bn // 2
+
+    def check(self) -> None:
+        if self.wgs < 1 or self.bn % 8 or not 8 <= self.bn <= 256 or self.stages < 3:
+            raise ValueError(f"wgmma GEMM: tile {self} is not 1+ warpgroups over 8..256 columns with 3+ stages")
+
+    def params(self) -> dict:
+        return {"bm": self.bm, "bn": self.bn, "bk": BK, "wgs": self.wgs, "stages": self.stages}
+
+    @property
+    def name(self) -> str:
+        return f"wgmma_{self.bm}x{self.bn}x{BK}_s{self.stages}"
+
+    def ring_floats(self) -> int:
+        """Shared floats of the ring, plus the slack to align it to an atom."""
+        return self.stages * (self.bm + self.bn) * BK + ATOM_FLOATS
+
+
+#: Configurations offered, best first.
+WGMMA_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5))
+
+
+def swizzled(row, k):
+    """Float offset of element ``(row, k)`` in a K-major tile of 32-float rows, 128-byte
+    swizzle: 16-byte chunk ``k // 4`` of the row at chunk ``(k // 4) ^ (row % 8)``."""
+    return row * BK + ((((k >> 2) ^ (row & 7)) << 2) | (k & 3))
+
+
+swizzled_device = jit(device=True)(swizzled)
+
+
+# --------------------------------------------------------------------------- copies
+
+
+@functools.lru_cache(maxsize=None)
+def tile_copier(rows: int, k_contiguous: bool, threads: int, even: bool, emulated: bool):
+    """``copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid)``: start this
+    thread's copies of the operand's ``rows x 32`` tile at ``(row0, k0)`` (element
+    ``(r, k)`` at ``src[base + r * srow + k * sk]``) into the swizzled shared tile at
+    ``smem[tile]``; elements outside ``nrows x k_end`` become zeros (unless ``even``: whole
+    tiles only, no bounds checks).
+
+    K-contiguous (``sk == 1``): thread ``tid`` copies 16-byte chunk ``tid % 8`` of rows
+    ``tid // 8 + c * threads / 8``. Row-contiguous (``srow == 1``): warp ``w`` copies
+    8 rows x 4 k per step, step ``c`` taking block ``q = w + warps * c`` (k block ``q % 8``,
+    row block ``q // 8``); a lane's row is ``lane % 8``, its k ``lane // 8``: 32-byte global
+    segments per k, and the swizzle spreads the 32 stores over the 32 banks. Per thread
+    everything but ``row0``, ``k0`` and ``c`` is fixed, so the addresses are a few adds.
+    """
+    copy16, copy4 = copy_ops(emulated)
+    if k_contiguous:
+        chunks = rows * (BK // 4)
+        per_thread = -(-chunks // threads)
+        ragged = chunks % threads != 0
+        step = threads // 8
+        if even and not ragged:
+            block = block_copier(per_thread, 16, step * BK, None, emulated)
+
+            @jit(device=True)
+            def copy_whole(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+                r_t = tid >> 3
+                chunk = (((tid & 7) ^ (r_t & 7)) << 2)
+                block(smem, tile + r_t * BK + chunk, src, base + (row0 + r_t) * srow + k0 + ((tid & 7) << 2),
+                      step * srow)
+
+            return copy_whole
+
+        @jit(device=True)
+        def copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+            r_t = tid >> 3
+            kc = (tid & 7) << 2
+            chunk = (((tid & 7) ^ (r_t & 7)) << 2)  # the swizzled chunk: step is a multiple of 8
+            at = base + (row0 + r_t) * srow + k0 + kc
+            for c in range(per_thread):
+                r = r_t + c * step
+                if not ragged or r < rows:
+                    ok = even or (row0 + r < nrows and k0 + kc < k_end)
+                    copy16(smem, tile + r * BK + chunk, src, at + c * step * srow if ok else base, ok)
+
+        return copy
+
+    warps = threads // 32
+    per_thread = -(-rows // warps)
+    ragged = rows % warps != 0
+    if even and not ragged and warps % 8 == 0:
+        # Then a warp's k block is fixed (w % 8) and copy c is c * warps rows further.
+        block = block_copier(per_thread, 4, warps * BK, warps, emulated)
+
+        @jit(device=True)
+        def copy_rows_whole(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+            lane8 = tid & 7
+            kin = (tid >> 3) & 3
+            w = tid >> 5
+            r = ((w >> 3) << 3) + lane8
+            block(smem, tile + r * BK + (((((w & 7) ^ lane8)) << 2) | kin), src,
+                  base + row0 + r + (k0 + ((w & 7) << 2) + kin) * sk, 0)
+
+        return copy_rows_whole
+
+    @jit(device=True)
+    def copy_rows(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid):
+        lane8 = tid & 7
+        kin = (tid >> 3) & 3
+        w = tid >> 5
+        at = base + row0 + lane8 + (k0 + kin) * sk
+        for c in range(per_thread):
+            q = w + warps * c
+            if not ragged or q < rows:
+                kb4 = (q & 7) << 2
+                r = ((q >> 3) << 3) + lane8
+                ok = even or (row0 + r < nrows and k0 + kb4 + kin < k_end)
+                dst = tile + r * BK + ((((q & 7) ^ lane8) << 2) | kin)
+                copy4(smem, dst, src, at + (r - lane8) + kb4 * sk if ok else base, ok)
+
+    return copy_rows
+
+
+# --------------------------------------------------------------------------- kernel
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
+                 epilogue_fn, emulated: bool | None = None):
+    """The wgmma GEMM kernel; arguments, grid and split-K as
+    :func:`.simt.simt_kernel`, ``config.threads`` threads."""
+    config.check()
+    emulated = simulated() if emulated is None else bool(emulated)
+    BM, BN, S, NT, ACC = config.bm, config.bn, config.stages, config.threads, config.accumulators
+    A_STAGE, B_STAGE = BM * BK, BN * BK
+    B_RING = S * A_STAGE
+    WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
+    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated)
+    copy_a = tile_copier(BM, bool(a_k_contiguous), NT, bool(even), emulated)
+    copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    AHEAD = S - 2  # tiles copied ahead: one buffer is multiplied, one still read by MMAs in flight
+    PENDING = AHEAD - 1
+
+    def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
+        smem = cuda.shared.array(0, float32)
+        acc = cuda.local.array(ACC, float32)
+        m, n, k = meta[M_], meta[N_], meta[K_]
+        sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
+        tid = cuda.threadIdx.x
+        n0 = cuda.blockIdx.x * BN
+        m0 = cuda.blockIdx.y * BM
+        bz = cuda.blockIdx.z
+        bi = bz // splits
+        z = bz - bi * splits
+        k_begin = z * kchunk
+        k_end = min(k, k_begin + kchunk)
+        ao, bo = offs[bi * OFFS_W], offs[bi * OFFS_W + 1]
+        ring = ((ATOM_FLOATS * 4 - (shared_address(smem) & uint32(ATOM_FLOATS * 4 - 1))) & uint32(ATOM_FLOATS * 4 - 1)) >> 2
+        a_ring = ring + (tid >> 7) * WG_ROWS
+        b_ring = ring + B_RING
+        for i in range(ACC):
+            acc[i] = float32(0)
+
+        ktiles = (k_end - k_begin + BK - 1) // BK
+        for s in range(AHEAD):
+            if s < ktiles:
+                kt = k_begin + s * BK
+                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid)
+                copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + s * B_STAGE, tid)
+            commit_copies()
+        for t in range(ktiles):
+            wait_copies(PENDING)  # this thread's copies of tile t have landed ...
+            fence_async()  # ... are visible to the async proxy ...
+            cuda.syncthreads()  # ... everyone's; and everyone's MMAs of tile t - 2 are done
+            slot = t % S
+            a_at = a_ring + slot * A_STAGE
+            b_at = b_ring + slot * B_STAGE
+            fence()
+            mma(acc, smem, a_at, b_at)  # K 32 = four K 8 steps, written out: straight-line
+            mma(acc, smem, a_at + 8, b_at + 8)  # code keeps the accumulators in place
+            mma(acc, smem, a_at + 16, b_at + 16)
+            mma(acc, smem, a_at + 24, b_at + 24)
+            commit()
+            ahead = t + AHEAD
+            if ahead < ktiles:  # into tile t - 2's buffer
+                free = ahead % S
+                kt = k_begin + ahead * BK
+                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid)
+                copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + free * B_STAGE, tid)
+            commit_copies()
+            wait(acc, 1)  # tile t - 1's MMAs are done; tile t's stay in flight
+        wait(acc, 0)
+        wait_copies(0)
+        cuda.syncthreads()
+
+        lane = tid & 31
+        row = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2)
+        col = 2 * (lane & 3)
+        for j in range(BN // 8):  # unrolled: constant accumulator indices
+            smem[row * BN + col + 8 * j] = acc[4 * j]
+            smem[row * BN + col + 8 * j + 1] = acc[4 * j + 1]
+            smem[(row + 8) * BN + col + 8 * j] = acc[4 * j + 2]
+            smem[(row + 8) * BN + col + 8 * j + 1] = acc[4 * j + 3]
+        cuda.syncthreads()
+        store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
+
+    kernel.__name__ = f"gemm_{config.name}_{'even' if even else 'guarded'}{'_splitk' if split else ''}"
+    return jit(kernel, launch_bounds=(NT, 1))
+
+
+# --------------------------------------------------------------------------- tactics
+
+
+def operand_layouts(meta: np.ndarray, offs: np.ndarray) -> tuple[bool, bool] | None:
+    """``(a_k_contiguous, b_k_contiguous)`` for the copies, or None when the product does
+    not suit them: each operand is K-contiguous with 16-byte chunks (row stride, batch
+    offsets and K multiples of 4) or row-contiguous (4-byte copies, any strides)."""
+    sam, sak, sbk, sbn, k = (int(meta[i]) for i in (SAM, SAK, SBK, SBN, K_))
+    offsets = np.asarray(offs).reshape(-1, OFFS_W)
+
+    def layout(row_stride, k_stride, column):
+        if k_stride == 1 and row_stride % 4 == 0 and k % 4 == 0 and not np.any(offsets[:, column] % 4):
+            return True
+        if row_stride == 1:
+            return False
+        return None
+
+    a, b = layout(sam, sak, 0), layout(sbn, sbk, 1)
+    return None if a is None or b is None else (a, b)
+
+
+def hopper() -> bool:
+    """Whether ``wgmma`` runs here: the simulator (emulated) or a GPU of compute capability 9.0."""
+    if simulated():
+        return True
+    return tuple(cuda.get_current_device().compute_capability) == (9, 0)
+
+
+def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, splits: int = 1,
+                 emulated: bool | None = None, fallback: Tactic | None = None) -> Tactic:
+    """One wgmma tactic for a planned float32 product (``math="tf32"``); the layouts must
+    suit it (:func:`operand_layouts`). A K-contiguous operand array that is not 16-byte
+    aligned at launch runs ``fallback`` instead (another tactic of the same product)."""
+    config.check()
+    layouts = operand_layouts(meta, offs)
+    if layouts is None:
+        raise ValueError(f"wgmma GEMM: operands of strides {meta[[SAM, SAK, SBK, SBN]].tolist()} do not suit {config.name}")
+    a_kc, b_kc = layouts
+    even = is_even(meta, config.bm, config.bn, BK)
+
+    def kernel_for(split):
+        return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)
+
+    launches, workspace_bytes, splits = gemm_launches(
+        kernel_for, meta, offs, config.bm, config.bn, BK, config.threads,
+        staging_bytes(config.bm, config.bn, config.ring_floats()), splits, epilogue, alpha, beta, c_index)
+    if (a_kc or b_kc) and fallback is not None:
+        direct = launches
+
+        def launches(ins, outs, workspace):
+            if (not a_kc or aligned(ins[0])) and (not b_kc or aligned(ins[1])):
+                return direct(ins, outs, workspace)
+            return fallback.launches(ins, outs, workspace)
+
+        workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
+    name = config.name + (f"_splitk{splits}" if splits > 1 else "")
+    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes, math="tf32")
+
+
+def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
+                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
+    """The wgmma tactics valid for a planned float32 product on a Hopper GPU (or the
+    simulator), split-K first when the output tiles alone cannot fill the GPU."""
+    if not is_float32(a_dtype, b_dtype, out_dtype) or operand_layouts(meta, offs) is None or not hopper():
+        return []
+    whole, split = [], []
+    kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
+    for config in WGMMA_CONFIGS:
+        if not fits(meta, config.bm, config.bn):
+            continue
+        splits = choose_splits(meta, config.bm, config.bn, BK)
+        for s in ((splits, 1) if splits > 1 else (1,)):
+            fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=s, **kw)
+            (split if s > 1 else whole).append(wgmma_tactic(config, meta, offs, splits=s, fallback=fallback, **kw))
+    return split + whole

@@ -1,0 +1,308 @@
+"""The inline PTX of the wgmma GEMM (:mod:`.wgmma`) as Numba intrinsics, each with the
+plain-Numba sibling the simulator runs.
+
+- :func:`wgmma_ops`: ``wgmma.mma_async`` m64nNk8 TF32 on matrix descriptors built from the
+  operand tiles' shared addresses (128-byte swizzle, K-major), its fences, commits and
+  waits, ``cp.async`` group commits and waits, ``fence.proxy.async`` and the shared-window
+  address of an array; :func:`emulated_ops` is the simulator's version (same signatures):
+  scalar FMAs on the same swizzled tiles, operands truncated to TF32 as the tensor cores
+  read them;
+- :func:`copy_ops`: 16- and 4-byte ``cp.async`` copies, zero-filled when out of range;
+  :func:`block_copier`: a thread's whole share of a tile as one inline-PTX block of copies.
+
+The layout constants they share with the kernel: :data:`BK` (K per 128-byte swizzle line)
+and :data:`WK` (K per ``wgmma``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import float32, uint32
+
+from plugrt.kernels import cuda, element_address, jit, ptx_statement
+
+#: K per stage: one 128-byte swizzle line of float32.
+BK = 32
+#: ``wgmma`` K per instruction (TF32).
+WK = 8
+
+
+# --------------------------------------------------------------------------- inline PTX
+
+#: Descriptor bits besides the start address: 128-byte swizzle (bits 62-63 = 1), 1024 bytes
+#: between 8-row groups (stride byte offset, bits 32-45, in 16-byte units), leading byte
+#: offset 1 (unused for swizzled K-major layouts).
+DESC_BITS = (1 << 62) | ((1024 >> 4) << 32) | (1 << 16)
+
+
+def _descriptor_ptx(reg: str, operand: str) -> str:
+    return (f"cvta.to.shared.u64 {reg}, {operand}; shr.u64 {reg}, {reg}, 4; and.b64 {reg}, {reg}, 16383; "
+            f"or.b64 {reg}, {reg}, {DESC_BITS};")
+
+
+def wgmma_ptx(n: int) -> str:
+    """``wgmma.mma_async`` m64n``n``k8 TF32 x TF32 + float32, descriptors built from the
+    generic addresses of the operand tiles (operands ``$n/2`` ... see :func:`wgmma_ops`)."""
+    acc = n // 2
+    regs = ", ".join(f"${i}" for i in range(acc))
+    a, b = f"${2 * acc}", f"${2 * acc + 1}"
+    return ("{ .reg .u64 da, db; .reg .pred p; " + _descriptor_ptx("da", a) + " " + _descriptor_ptx("db", b)
+            + " setp.ne.b32 p, 1, 0; "
+            + f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{regs}}}, da, db, p, 1, 1; }}")
+
+
+CP_ASYNC16_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
+                  "cp.async.cg.shared.global [sh32], [$1], 16, $2; }")
+CP_ASYNC4_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
+                 "cp.async.ca.shared.global [sh32], [$1], 4, $2; }")
+SHARED_ADDRESS_PTX = "{ .reg .u64 sh64; cvta.to.shared.u64 sh64, $1; cvt.u32.u64 $0, sh64; }"
+FENCE_ASYNC_PTX = "fence.proxy.async.shared::cta;"
+WGMMA_FENCE_PTX = "wgmma.fence.sync.aligned;"
+WGMMA_COMMIT_PTX = "wgmma.commit_group.sync.aligned;"
+WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned {};"
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_ops(n: int):
+    """GPU intrinsics: ``(mma, wait, fence, commit, commit_copies, wait_copies, fence_async,
+    shared_address)`` (the copies: :func:`copy_ops`).
+
+    - ``mma(acc, smem, a, b)``: one ``wgmma`` m64n``n``k8 with the A tile at ``smem[a]``
+      and the B tile at ``smem[b]`` (atom-aligned K-major swizzled), accumulating into the
+      local array ``acc`` (``n / 2`` floats, kept in registers: the indices are constant);
+    - ``wait(acc, pending)``: ``wgmma.wait_group pending`` (a literal), tied to the
+      accumulators so nothing else touches them before the MMAs finish; ``fence()``,
+      ``commit()``: ``wgmma.fence`` / ``commit_group``;
+    - ``commit_copies()``, ``wait_copies(pending)`` (``pending`` a literal);
+    - ``fence_async()``: ``fence.proxy.async.shared::cta``;
+    - ``shared_address(smem)``: the shared-window address of ``smem[0]`` (uint32).
+    """
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    acc_count = n // 2
+
+    def acc_pointers(context, builder, ty, value):
+        data = context.make_array(ty)(context, builder, value).data
+        return [builder.gep(data, [ir.Constant(i64, r)]) for r in range(acc_count)]
+
+    def tied(ptx, extra_types, extra_constraints):
+        out = ir.LiteralStructType([f32] * acc_count)
+        constraints = ",".join(["=f"] * acc_count + [str(r) for r in range(acc_count)] + extra_constraints)
+        return ir.InlineAsm(ir.FunctionType(out, [f32] * acc_count + extra_types), ptx,
+                            constraints + ",~{memory}", side_effect=True)
+
+    def run_tied(builder, asm, pointers, extra):
+        values = [builder.load(p) for p in pointers]
+        result = builder.call(asm, values + extra)
+        for r, p in enumerate(pointers):
+            builder.store(builder.extract_value(result, r), p)
+
+    @intrinsic
+    def mma(typingctx, acc, smem, a, b):
+        def codegen(context, builder, sig, args):
+            asm = tied(wgmma_ptx(n), [i64, i64], ["l", "l"])
+            run_tied(builder, asm, acc_pointers(context, builder, sig.args[0], args[0]),
+                     [element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
+                      element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
+            return context.get_dummy_value()
+        return types.void(acc, smem, a, b), codegen
+
+    @intrinsic
+    def wait(typingctx, acc, pending):
+        if not isinstance(pending, types.IntegerLiteral):
+            return None
+        ptx = WGMMA_WAIT_PTX.format(pending.literal_value)
+
+        def codegen(context, builder, sig, args):
+            run_tied(builder, tied(ptx, [], []), acc_pointers(context, builder, sig.args[0], args[0]), [])
+            return context.get_dummy_value()
+        return types.void(acc, pending), codegen
+
+    @intrinsic
+    def wait_copies(typingctx, pending):
+        if not isinstance(pending, types.IntegerLiteral):
+            return None
+        ptx = f"cp.async.wait_group {pending.literal_value};"
+
+        def codegen(context, builder, sig, args):
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+        return types.void(pending), codegen
+
+    @intrinsic
+    def shared_address(typingctx, smem):
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i64]), SHARED_ADDRESS_PTX, "=r,l")
+            return builder.call(asm, [builder.ptrtoint(data, i64)])
+        return types.uint32(smem), codegen
+
+    return (mma, wait, ptx_statement(WGMMA_FENCE_PTX), ptx_statement(WGMMA_COMMIT_PTX),
+            ptx_statement("cp.async.commit_group;"), wait_copies, ptx_statement(FENCE_ASYNC_PTX), shared_address)
+
+
+@functools.lru_cache(maxsize=None)
+def copy_ops(emulated: bool):
+    """``(copy16, copy4)``: ``copy16(dst, i, src, j, ok)`` / ``copy4``: ``cp.async`` of 16 /
+    4 bytes from ``src[j]`` to the shared ``dst[i]``, zero-filled when ``ok`` is false (the
+    simulator copies at once)."""
+    if emulated:
+        @jit(device=True)
+        def copy16(dst, i, src, j, ok):
+            for e in range(4):
+                dst[i + e] = src[j + e] if ok else float32(0)
+
+        @jit(device=True)
+        def copy4(dst, i, src, j, ok):
+            dst[i] = src[j] if ok else float32(0)
+
+        return copy16, copy4
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def copier(ptx):
+        @intrinsic
+        def copy(typingctx, dst, i, src, j, ok):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), ptx, "l,l,r,~{memory}",
+                                   side_effect=True)
+                size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
+                                      ir.Constant(i32, 16 if "16" in ptx else 4), ir.Constant(i32, 0))
+                builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                                   element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
+                return context.get_dummy_value()
+            return types.void(dst, i, src, j, ok), codegen
+        return copy
+
+    return copier(CP_ASYNC16_PTX), copier(CP_ASYNC4_PTX)
+
+
+def _truncate(x):
+    """float32 to TF32 as the tensor cores read it: the low 13 mantissa bits dropped."""
+    box = cuda.local.array(1, float32)
+    box[0] = x
+    bits = box.view(np.uint32)
+    bits[0] = bits[0] & uint32(0xFFFFE000)
+    return box[0]
+
+
+@functools.lru_cache(maxsize=None)
+def emulated_ops(n: int):
+    """The simulator's versions of :func:`wgmma_ops` (same signatures): ``mma`` does this
+    thread's share of the warpgroup's m64n``n``k8 with scalar FMAs (accumulator layout of
+    the PTX ISA: warp ``w`` of the group owns rows ``16 w ...``, lane ``(g, t)`` rows
+    ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``); fences and
+    waits do nothing."""
+    truncate = jit(device=True)(_truncate)
+    COLS = n // 4  # this thread's B columns: 2 per 8
+
+    @jit(device=True)
+    def mma(acc, smem, a, b):
+        # Operand rows of this thread (2 of A, n / 4 of B) read and truncated once per
+        # call: in the simulator each device-function call takes a lock all threads share.
+        fa = cuda.local.array((2, WK), float32)
+        fb = cuda.local.array((COLS, WK), float32)
+        lane = cuda.threadIdx.x & 127
+        g = (lane & 31) >> 2
+        t = lane & 3
+        rows = (lane >> 5) * 16 + g
+        # a and b address the tiles at K offset k0 (a multiple of 8) inside their lines;
+        # the swizzle is a function of the whole offset, so undo it from the line start.
+        k0 = a & (BK - 1)
+        a_line = a - k0
+        b_line = b - (b & (BK - 1))
+        for kk in range(WK):
+            k = k0 + kk
+            for h in range(2):
+                row = rows + 8 * h
+                fa[h, kk] = truncate(smem[a_line + row * BK + ((((k >> 2) ^ (row & 7)) << 2) | (k & 3))])
+            for c in range(COLS):
+                col = 8 * (c >> 1) + 2 * t + (c & 1)
+                fb[c, kk] = truncate(smem[b_line + col * BK + ((((k >> 2) ^ (col & 7)) << 2) | (k & 3))])
+        for j in range(n // 8):
+            for h in range(2):
+                for e in range(2):
+                    s = acc[4 * j + 2 * h + e]
+                    for kk in range(WK):
+                        s += fa[h, kk] * fb[2 * j + e, kk]
+                    acc[4 * j + 2 * h + e] = s
+
+    @jit(device=True)
+    def wait(acc, pending):
+        pass
+
+    @jit(device=True)
+    def nothing():
+        pass
+
+    @jit(device=True)
+    def wait_copies(pending):
+        pass
+
+    @jit(device=True)
+    def shared_address(smem):
+        return uint32(0)
+
+    return mma, wait, nothing, nothing, nothing, wait_copies, nothing, shared_address
+
+
+def ops_for(n: int, emulated: bool):
+    return emulated_ops(n) if emulated else wgmma_ops(n)
+
+
+@functools.lru_cache(maxsize=None)
+def block_copier(count: int, size: int, dst_step: int, src_step: int | None, emulated: bool):
+    """``copy(dst, i, src, j, step)``: ``count`` ``cp.async`` of ``size`` bytes (16 or 4),
+    copy ``c`` from ``src[j + c * s]`` to the shared ``dst[i + c * dst_step]`` (indices in
+    floats; ``s`` is ``src_step``, or the runtime ``step`` when that is None). On a GPU it
+    is one inline-PTX block: the offsets are immediates (or one add per copy), so a
+    thread's whole share of a tile costs about one instruction per copy."""
+    if emulated:
+        per = size // 4
+
+        @jit(device=True)
+        def copy(dst, i, src, j, step):
+            s = step if src_step is None else src_step
+            for c in range(count):
+                for e in range(per):
+                    dst[i + c * dst_step + e] = src[j + c * s + e]
+
+        return copy
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i64 = ir.IntType(64)
+    cache = "cg" if size == 16 else "ca"
+    lines = ["{ .reg .u64 g, t; .reg .u32 s; cvta.to.shared.u64 t, $0; cvt.u32.u64 s, t; mov.u64 g, $1;"]
+    for c in range(count):
+        if src_step is None:
+            lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g], {size};")
+            if c + 1 < count:
+                lines.append("add.s64 g, g, $2;")
+        else:
+            lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g+{4 * c * src_step}], {size};")
+    ptx = " ".join(lines) + " }"
+
+    @intrinsic
+    def copy(typingctx, dst, i, src, j, step):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i64]), ptx, "l,l,l,~{memory}",
+                               side_effect=True)
+            step_bytes = builder.mul(context.cast(builder, args[4], sig.args[4], types.int64), ir.Constant(i64, 4))
+            builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                               element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), step_bytes])
+            return context.get_dummy_value()
+        return types.void(dst, i, src, j, step), codegen
+
+    return copy

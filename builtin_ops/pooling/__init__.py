@@ -1,0 +1,21 @@
+"""Pooling: MaxPool, AveragePool, LpPool and their global forms.
+
+- :mod:`.ops`: the op plugins;
+- kernels: :mod:`.window_pool` (one thread per output window) and :mod:`.global_pool` (one
+  block per (n, c) row).
+"""
+
+from plugrt import hookimpl
+
+from . import ops
+
+#: Every op of the family, in the order they register.
+OPS = ops.OPS
+
+#: The plugrt plugin API versions this package is written for (see plugrt.registry).
+PLUGRT_API = (1, 1)
+
+
+@hookimpl
+def plugrt_ops():
+    return [op() for op in OPS]

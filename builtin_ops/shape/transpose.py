@@ -1,0 +1,86 @@
+"""The tiled Transpose tactic: a batched 2-D transpose through shared memory, for
+permutations that move the input's contiguous axis away from the output's last axis
+(NCHW <-> NHWC, attention's key transpose), where a strided copy would read or write
+with a stride. Other permutations use :func:`.copies.strided_tactic`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+from numba import from_dtype, int64
+
+from plugrt.device import simulated
+from plugrt.kernels import c_strides, cuda, jit
+from plugrt.tactic import Launch, Tactic
+
+from .copies import UINT, bits, coalesce, element_count, int64_table
+
+
+@functools.lru_cache(maxsize=None)
+def tiled_transpose_kernel(tile: int, rows: int, itemsize: int):
+    """A batched 2-D transpose through a shared-memory tile, so that both the reads (along
+    input-contiguous axis ``p``) and the writes (along output-contiguous axis ``q``) coalesce.
+
+    Blocks of ``(tile, rows)`` threads loop over ``total`` tiles; the batch coordinates (all
+    other axes) give the tile's input and output base offsets through ``rin``/``rout``.
+    """
+    element = from_dtype(UINT[itemsize])
+    width = tile + 1  # a closure int, so the tile's shape is a literal tuple for Numba
+
+    @jit
+    def kernel(out, x, total, tiles_p, tiles_q, size_p, size_q, in_q, out_p, nrest, rshape, rin, rout):
+        buf = cuda.shared.array((tile, width), element)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        for t in range(cuda.blockIdx.x, total, cuda.gridDim.x):
+            tq = t % tiles_q
+            r = t // tiles_q
+            p0 = (r % tiles_p) * tile
+            q0 = tq * tile
+            r //= tiles_p
+            ib = int64(0)
+            ob = int64(0)
+            for d in range(nrest - 1, -1, -1):
+                c = r % rshape[d]
+                r //= rshape[d]
+                ib += c * rin[d]
+                ob += c * rout[d]
+            for j in range(ty, tile, rows):
+                if q0 + j < size_q and p0 + tx < size_p:
+                    buf[j, tx] = x[ib + (q0 + j) * in_q + p0 + tx]
+            cuda.syncthreads()
+            for j in range(ty, tile, rows):
+                if p0 + j < size_p and q0 + tx < size_q:
+                    out[ob + (p0 + j) * out_p + q0 + tx] = buf[tx, j]
+            cuda.syncthreads()
+
+    return kernel
+
+
+def tiled_transpose_tactic(out_shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Tactic | None:
+    """Transpose through shared-memory tiles when the input's contiguous axis moves away
+    from the output's last axis (``None`` when the strided copy already coalesces)."""
+    sizes, steps = coalesce(out_shape, strides)
+    if len(sizes) < 2 or 1 not in steps[:-1]:
+        return None
+    p, q = steps.index(1), len(sizes) - 1
+    out_strides = c_strides(sizes)
+    rest = [a for a in range(len(sizes)) if a not in (p, q)]
+    tile, rows = (4, 2) if simulated() else (32, 8)
+    tiles_p, tiles_q = -(-sizes[p] // tile), -(-sizes[q] // tile)
+    total = tiles_p * tiles_q * element_count([sizes[a] for a in rest])
+    kernel = tiled_transpose_kernel(tile, rows, itemsize)
+
+    def launches(ins, outs, workspace):
+        if total == 0:
+            return []
+        args = (bits(outs[0]), bits(ins[0]), np.int64(total), np.int64(tiles_p), np.int64(tiles_q),
+                np.int64(sizes[p]), np.int64(sizes[q]), np.int64(steps[q]), np.int64(out_strides[p]),
+                np.int64(len(rest)), int64_table([sizes[a] for a in rest]), int64_table([steps[a] for a in rest]),
+                int64_table([out_strides[a] for a in rest]))
+        return [Launch(kernel, min(total, 65535), (tile, rows), args)]
+
+    return Tactic("tiled", launches, {"tile": tile, "rows": rows})

@@ -1,0 +1,101 @@
+"""The CUDA tactic of Pad: constant, edge, reflect and wrap, with cropping by negative pads.
+
+Pure data movement: the kernel copies elements of any dtype (bool included) and takes
+every shape from small int64 device tables, so one compiled kernel per mode serves all.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
+from plugrt.tactic import Launch, Tactic
+
+PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
+# Rows of Pad's geometry table, one column per axis.
+OUT_SIZE, IN_STRIDE, CROP_BEGIN, KEPT, GROW_BEGIN = range(5)
+
+
+@functools.lru_cache(maxsize=None)
+def pad_kernel(mode: str):
+    """``y[i] = x[source(i)]``, or ``fill[0]`` where the constant mode falls outside.
+
+    Per axis the output coordinate ``o`` maps to ``c = o - GROW_BEGIN`` in the cropped
+    input of ``KEPT`` elements (negative pads crop first, as the reference does), then
+    ``c`` is folded back into ``[0, KEPT)`` as the mode says (np.pad's semantics).
+    """
+    code = PAD_MODES[mode]
+
+    @jit
+    def kernel(y, x, fill, n, ndim, geo):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            r = i
+            off = 0
+            outside = False
+            for d in range(ndim - 1, -1, -1):
+                o = r % geo[OUT_SIZE, d]
+                r //= geo[OUT_SIZE, d]
+                m = geo[KEPT, d]
+                c = o - geo[GROW_BEGIN, d]
+                if c < 0 or c >= m:
+                    if code == 0:
+                        outside = True
+                        c = 0
+                    elif code == 1:
+                        c = min(max(c, 0), m - 1)
+                    elif code == 2:
+                        if m == 1:
+                            c = 0
+                        else:
+                            period = 2 * (m - 1)
+                            c = c % period
+                            if c >= m:
+                                c = period - c
+                    else:
+                        c = c % m
+                off += (c + geo[CROP_BEGIN, d]) * geo[IN_STRIDE, d]
+            if outside:
+                y[i] = fill[0]
+            else:
+                y[i] = x[off]
+
+    return kernel
+
+
+def pad_tactic(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: int | None = None) -> Tactic:
+    """The direct tactic of Pad for per-axis ``(begin, end)`` pairs.
+
+    The constant comes from ``fill_value`` (a host scalar known at build) or, when that is
+    ``None``, from input ``fill_input`` on the device (read by the kernel, so it may
+    change between runs); with neither, zero.
+    """
+    dtype = np.dtype(x_info.dtype)
+    x_shape = tuple(int(d) for d in x_info.shape)
+    y_shape = tuple(int(d) for d in y_info.shape)
+    ndim = len(x_shape)
+    table = np.zeros((5, max(ndim, 1)), np.int64)
+    table[OUT_SIZE] = 1
+    if ndim:
+        table[OUT_SIZE, :ndim] = y_shape
+        table[IN_STRIDE, :ndim] = c_strides(x_shape)
+        for d, (b, e) in enumerate(pairs):
+            b, e = int(b), int(e)
+            table[CROP_BEGIN, d] = max(-b, 0)
+            table[KEPT, d] = x_shape[d] - max(-b, 0) - max(-e, 0)
+            table[GROW_BEGIN, d] = max(b, 0)
+    n = int(np.prod(y_shape, dtype=np.int64))
+    if fill_value is None and fill_input is None:
+        fill_value = np.zeros((), dtype)
+
+    def launches(inputs, outputs, workspace):
+        if fill_value is not None:
+            fill = to_device(np.asarray(fill_value, dtype).reshape(1))
+        else:
+            fill = flat(inputs[fill_input])
+        blocks, threads = grid_1d(n)
+        args = (flat(outputs[0]), flat(inputs[0]), fill, np.int64(n), np.int64(ndim), to_device(table))
+        return [Launch(pad_kernel(mode), blocks, threads, args)]
+
+    return Tactic("direct", launches, {"mode": mode})
