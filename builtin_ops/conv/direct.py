@@ -23,7 +23,7 @@ import numpy as np
 from numba import int64
 
 from plugrt.kernels import Epilogue, c_strides, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 from .geometry import (
     G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W,

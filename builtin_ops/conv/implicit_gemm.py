@@ -31,9 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, int64, uint64
 
-from plugrt.device import simulated
-from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, no_epilogue, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, no_epilogue, simulated, to_device
+from plugrt.plugin import Launch, Tactic
 
 from .geometry import (
     G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH,

@@ -12,9 +12,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from plugrt import ShapeError
-from plugrt.ir import dims
 from plugrt.kernels import no_epilogue
-from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
 from plugrt_builtin_ops.common.scale_folding import vector_along
 
 from .direct import MAX_RANK

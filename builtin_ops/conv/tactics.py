@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.kernels import Epilogue
-from plugrt.tactic import Tactic
+from plugrt.plugin import Tactic
 
 from .depthwise import depthwise_tactics
 from .direct import direct2d_tactic, direct_tactic

@@ -19,9 +19,8 @@ import functools
 import numpy as np
 from numba import float32, int64
 
-from plugrt.device import simulated
-from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue, round_tf32, tf32_mma
-from plugrt.tactic import Tactic
+from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue, round_tf32, simulated, tf32_mma
+from plugrt.plugin import Tactic
 from plugrt_builtin_ops.matmul.mma_sync import accumulator_stager, warp_mma_for
 from plugrt_builtin_ops.matmul.tf32 import PAD, Tf32Config
 

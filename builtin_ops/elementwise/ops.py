@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.errors import ModelError, ShapeError
-from plugrt.ir.dims import broadcast, format_shape
-from plugrt.plugin import (
-    FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, Example, OpPlugin, Scale,
-    TensorInfo,
-)
+from plugrt import ModelError, ShapeError
+from plugrt.plugin import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, POINTWISE, REQUIRED, VARIADIC, Attr, Example,
+                           OpPlugin, Scale, TensorInfo, dims)
 
 from . import device_functions
 
@@ -29,9 +26,9 @@ _POW_BASE_DTYPES = FLOAT_DTYPES | {np.dtype("int32"), np.dtype("int64")}
 def broadcast_shape(node, inputs) -> tuple:
     """The multidirectional broadcast of the inputs' shapes (symbolic dims allowed)."""
     try:
-        return broadcast([i.shape for i in inputs])
+        return dims.broadcast([i.shape for i in inputs])
     except ValueError as exc:
-        shapes = ", ".join(format_shape(i.shape) for i in inputs)
+        shapes = ", ".join(dims.format_shape(i.shape) for i in inputs)
         raise ShapeError(f"{node.describe()}: input shapes {shapes} do not broadcast ({exc})") from None
 
 

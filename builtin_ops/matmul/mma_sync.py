@@ -25,8 +25,7 @@ import functools
 import numpy as np
 from numba import float32
 
-from plugrt.device import simulated
-from plugrt.kernels import cuda, element_address, jit, ptx_statement, round_tf32, tf32_mma
+from plugrt.kernels import cuda, element_address, jit, ptx_statement, round_tf32, simulated, tf32_mma
 
 
 # --------------------------------------------------------------------------- inline PTX

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.ir import dims
-from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, optional
 from plugrt.kernels import broadcast_strides, no_epilogue
+from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
 from plugrt_builtin_ops.common.scale_folding import vector_along
 
 from .plan import gemm_plan, product_plan

@@ -31,7 +31,7 @@ import numpy as np
 from numba import float32, int64
 
 from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device, vector4
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 from .plan import K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, store_value_fn
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.device import simulated
-from plugrt.kernels import Epilogue, flat, grid_1d, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import Epilogue, flat, grid_1d, simulated, to_device
+from plugrt.plugin import Launch, Tactic
 
 from .plan import M_, N_, NB, USE_C, scaling_type
 from .simt import simt_tactics

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32
 
-from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll
-from plugrt.tactic import Tactic
+from plugrt.kernels import Epilogue, aligned, cuda, jit, literal_unroll, simulated
+from plugrt.plugin import Tactic
 
 from .mma_sync import accumulator_stager, async_copy, async_tile_copy, tf32_rounder, warp_mma_for
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN

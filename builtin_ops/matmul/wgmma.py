@@ -41,9 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, uint32
 
-from plugrt.device import simulated
-from plugrt.kernels import Epilogue, aligned, cuda, jit
-from plugrt.tactic import Tactic
+from plugrt.kernels import Epilogue, aligned, cuda, jit, simulated
+from plugrt.plugin import Tactic
 
 from . import simt
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 from .row_norm import VARIANCE, ParamIndex, RowNorm, RowView, accumulator, PER_ROW
 

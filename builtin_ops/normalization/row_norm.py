@@ -26,9 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import types
 
-from plugrt.device import simulated
-from plugrt.kernels import c_strides, cuda, flat, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import c_strides, cuda, flat, jit, simulated, to_device
+from plugrt.plugin import Launch, Tactic
 
 # How a scale or bias is indexed at element (r, c) of the row view.
 ABSENT, PER_COL, PER_ROW, TABLE = 0, 1, 2, 3

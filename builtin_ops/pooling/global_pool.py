@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import BLOCK, cuda, flat, jit, rows_grid
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.common.scalars import compute_type
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from plugrt.ir.dims import derive
-from plugrt.plugin import FLOAT_DTYPES, REDUCTION, REQUIRED, Attr, OpPlugin, TensorInfo
+from plugrt.plugin import FLOAT_DTYPES, REDUCTION, REQUIRED, Attr, OpPlugin, TensorInfo, dims
 
 from . import global_pool, window_pool
 
@@ -86,11 +85,11 @@ class PoolOp(OpPlugin):
     def out_spatial(self, node, shape):
         kernel, strides, dilations, pb, pe = self.params(node, len(shape))
         a = node.attrs
-        dims = []
+        sizes = []
         for i, size in enumerate(shape[2:]):
             args = (kernel[i], strides[i], dilations[i], pb[i], pe[i], a["auto_pad"], bool(a["ceil_mode"]))
-            dims.append(derive(lambda v, args=args: _geometry(v, *args)[0], size, label=f"{node.name}_pool{i}"))
-        return dims
+            sizes.append(dims.derive(lambda v, args=args: _geometry(v, *args)[0], size, label=f"{node.name}_pool{i}"))
+        return sizes
 
     def infer(self, node, inputs):
         x = inputs[0]

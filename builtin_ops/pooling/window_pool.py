@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import BLOCK, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.common.scalars import compute_type
 
 # Rows of the geometry table, one column per spatial dim.

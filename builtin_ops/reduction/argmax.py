@@ -15,7 +15,7 @@ import numpy as np
 from numba import from_dtype
 
 from plugrt.kernels import cuda, jit
-from plugrt.tactic import Tactic
+from plugrt.plugin import Tactic
 
 from .reduce import AxesView, offset_of, prefers_thread, view_tactics
 

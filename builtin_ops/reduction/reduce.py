@@ -30,9 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import from_dtype
 
-from plugrt.device import simulated
-from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, simulated, to_device
+from plugrt.plugin import Launch, Tactic
 
 # --------------------------------------------------------------------------- axes view
 

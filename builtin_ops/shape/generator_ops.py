@@ -12,9 +12,8 @@ import math
 
 import numpy as np
 
-from plugrt.errors import ModelError, ShapeError
-from plugrt.ir import dims
-from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt import ModelError, ShapeError
+from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
 
 from . import generators
 from .ops import (

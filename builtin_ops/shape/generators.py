@@ -17,7 +17,7 @@ import numpy as np
 from numba import float32, float64, int64
 
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 from .copies import bits, element_count, fill_launch, table_launch
 

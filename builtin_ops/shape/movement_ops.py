@@ -9,11 +9,9 @@ import math
 
 import numpy as np
 
-from plugrt.errors import ModelError, ShapeError
-from plugrt.ir import dims
-from plugrt.ir.dims import format_shape
+from plugrt import ModelError, ShapeError
 from plugrt.kernels import broadcast_strides, c_strides
-from plugrt.plugin import VARIADIC, Attr, TensorInfo, optional
+from plugrt.plugin import VARIADIC, Attr, TensorInfo, dims, optional
 
 from . import copies, transpose
 from .ops import (
@@ -91,7 +89,7 @@ class Concat(MoveOp):
         rank = inputs[0].rank
         if any(i.rank != rank for i in inputs):
             raise ShapeError(f"{node.describe()}: inputs of different ranks: "
-                             + ", ".join(format_shape(i.shape) for i in inputs))
+                             + ", ".join(dims.format_shape(i.shape) for i in inputs))
         axis = self._axis_of(node, rank)
         out = []
         for a in range(rank):
@@ -387,7 +385,7 @@ class Expand(MoveOp):
         try:
             return [TensorInfo(x.dtype, dims.broadcast([x.shape, tuple(target)]))]
         except ValueError as exc:
-            raise ShapeError(f"{node.describe()}: cannot expand {format_shape(x.shape)} to {target} ({exc})") from None
+            raise ShapeError(f"{node.describe()}: cannot expand {dims.format_shape(x.shape)} to {target} ({exc})") from None
 
     def reference(self, node, inputs):
         x, shape = inputs

@@ -22,10 +22,8 @@ import math
 
 import numpy as np
 
-from plugrt.errors import ModelError, ShapeError
-from plugrt.ir import dims
-from plugrt.ir.dims import format_shape
-from plugrt.plugin import FLOAT_DTYPES, SHAPE, Attr, OpPlugin, TensorInfo, optional
+from plugrt import ModelError, ShapeError
+from plugrt.plugin import FLOAT_DTYPES, SHAPE, Attr, OpPlugin, TensorInfo, dims, optional
 
 from . import copies
 
@@ -63,7 +61,7 @@ def normalize_axes(node, axes, rank: int) -> list[int]:
 def static_length(op, node, info, what: str) -> int:
     """The static element count of a 1-D shape-like input (its value may be unknown)."""
     if info.rank > 1 or not info.is_static:
-        raise op.unsupported(node, f"a {what} input of shape {format_shape(info.shape)}",
+        raise op.unsupported(node, f"a {what} input of shape {dims.format_shape(info.shape)}",
                              "its length must be known to infer the output's rank")
     return int(np.prod(info.shape, dtype=np.int64))
 
@@ -81,7 +79,7 @@ def concrete_shapes(tactics):
     def checked(self, node, inputs, outputs):
         for info in [*inputs, *outputs]:
             if info is not None and not info.is_static:
-                raise self.unsupported(node, f"a tensor of shape {format_shape(info.shape)} not known at build time",
+                raise self.unsupported(node, f"a tensor of shape {dims.format_shape(info.shape)} not known at build time",
                                        "make the shape operands constants or shape-tensor inputs")
         return tactics(self, node, inputs, outputs)
 
@@ -177,7 +175,7 @@ def reshape_dims(node, in_shape, target) -> tuple:
             raise ShapeError(f"{node.describe()}: allowzero=1 shape {target} has both 0 and -1")
         out[infer_at] = _quotient(node, in_shape, [d for d in out if d is not None], infer_at)
     elif dims.is_static(in_shape) and dims.is_static(out) and math.prod(in_shape) != math.prod(out):
-        raise ShapeError(f"{node.describe()}: cannot reshape {format_shape(in_shape)} to {target}")
+        raise ShapeError(f"{node.describe()}: cannot reshape {dims.format_shape(in_shape)} to {target}")
     return tuple(out)
 
 

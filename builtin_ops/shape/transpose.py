@@ -12,9 +12,8 @@ from typing import Sequence
 import numpy as np
 from numba import from_dtype, int64
 
-from plugrt.device import simulated
-from plugrt.kernels import c_strides, cuda, jit
-from plugrt.tactic import Launch, Tactic
+from plugrt.kernels import c_strides, cuda, jit, simulated
+from plugrt.plugin import Launch, Tactic
 
 from .copies import UINT, bits, coalesce, element_count, int64_table
 

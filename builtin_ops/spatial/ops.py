@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.ir import dims
-from plugrt.plugin import ALL_DTYPES, REQUIRED, SHAPE, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import ALL_DTYPES, REQUIRED, SHAPE, Attr, OpPlugin, TensorInfo, dims, optional
 
 from . import pad, permute
 

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
 # Rows of Pad's geometry table, one column per axis.

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 
 
 @functools.lru_cache(maxsize=None)

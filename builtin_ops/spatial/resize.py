@@ -18,7 +18,7 @@ import numpy as np
 from numba import float64, from_dtype
 
 from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, to_device
-from plugrt.tactic import Launch, Tactic
+from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.common.scalars import compute_type
 
 from .permute import permute_kernel

@@ -12,8 +12,7 @@ import math
 
 import numpy as np
 
-from plugrt.ir import dims
-from plugrt.plugin import ALL_DTYPES, Attr, OpPlugin, TensorInfo, optional
+from plugrt.plugin import ALL_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
 
 from . import resize
 
