@@ -10,10 +10,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plugrt.onnx.importer import import_model
-from plugrt.passes import fuse_gelu, fuse_layernorm, fuse_softmax, optimize
+from plugrt.passes import optimize
 from plugrt.passes import pattern as P
 from plugrt.reference import ReferenceExecutor
 from plugrt.testing import check_pass, random_feeds
+from plugrt_builtin_ops.activation import fuse_gelu
+from plugrt_builtin_ops.normalization import fuse_layernorm
+from plugrt_builtin_ops.reduction import fuse_softmax
 
 
 class ModelBuilder:
@@ -289,7 +292,7 @@ def test_pipeline_fuses_layernorm_gelu_softmax(registry):
     for name in ("LayerNormalization", "Gelu", "Softmax"):
         fused(graph, name)
     assert len(graph.nodes) < len(before.nodes)
-    assert {r.name: r.rewrites for r in results}["fuse_layernorm"] == 1
+    assert {r.name: r.rewrites for r in results}["builtin-normalization:fuse_layernorm"] == 1
     feeds = random_feeds(before)
     want = ReferenceExecutor(before, registry).run(feeds)[y]
     got = ReferenceExecutor(graph, registry).run(feeds)[y]

@@ -74,8 +74,9 @@ def test_plugin_passes_run_by_priority_between_core_patterns_and_fusion(rng):
     registry = registry_with(GraphPass("late", swish_pass("late", calls), priority=200),
                              GraphPass("early", swish_pass("early", calls), priority=10))
     names = [entry.name for entry in pipeline(registry)]
-    assert names.index("fuse_gelu") < names.index("swish-plugin:early") < names.index("swish-plugin:late") \
-        < names.index("fuse_epilogues")
+    # the built-ins' recognizers are plugin passes too: priority, then plugin name, orders them all
+    assert names.index("builtin-normalization:fuse_layernorm") < names.index("swish-plugin:early") \
+        < names.index("builtin-activation:fuse_gelu") < names.index("swish-plugin:late") < names.index("fuse_epilogues")
     graph = import_model(swish_model(), registry=registry)
     x = rng.standard_normal((2, 3)).astype(np.float32)
     want = ReferenceExecutor(graph, registry).run({"x": x})["y"]
@@ -96,8 +97,19 @@ def test_disabling_a_plugin_pass_and_no_fusion(rng):
     graph = import_model(swish_model(), registry=registry)
     optimize(graph, registry, fusion=False)
     assert calls == [] and [n.op_type for n in graph.nodes] == ["Sigmoid", "Mul", "Neg"]
+    graph = import_model(swish_model(), registry=registry)
+    optimize(graph, registry, disabled={"swish", "fuse_gelu"})  # bare names of plugins' passes, each unique
+    assert calls == [] and "Swish" not in [n.op_type for n in graph.nodes]
     with pytest.raises(PlugrtError, match="no such pass"):
-        optimize(graph, registry, disabled={"swish"})
+        optimize(graph, registry, disabled={"swish-plugin:no_such_pass"})
+
+
+def test_a_bare_pass_name_two_plugins_share_is_refused(rng):
+    calls: list = []
+    registry = registry_with(GraphPass("fuse_gelu", swish_pass("other", calls)))
+    graph = import_model(swish_model(), registry=registry)
+    with pytest.raises(PlugrtError, match="no such pass.*builtin-activation:fuse_gelu.*swish-plugin:fuse_gelu"):
+        optimize(graph, registry, disabled={"fuse_gelu"})
 
 
 def test_a_pass_that_breaks_the_graph_is_named():

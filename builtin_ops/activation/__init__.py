@@ -1,13 +1,15 @@
 """Activations and other unary pointwise ops: Relu, Sigmoid, Gelu, Exp, Abs, Clip, PRelu, ...
 
 - :mod:`.ops`: the op plugins;
+- :mod:`.fuse_gelu`: the graph pass recognizing GELU written in primitive ops;
 - :mod:`.device_functions`: their scalar device functions, for the toolkit's pointwise
   kernel.
 """
 
 from plugrt import hookimpl
+from plugrt.plugin import GraphPass
 
-from . import ops
+from . import fuse_gelu, ops
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS
@@ -19,3 +21,13 @@ PLUGRT_API = (1, 1)
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]
+
+
+#: Runs before the contrib plugins' fusion passes (priority 100), which may match its result.
+PASS_PRIORITY = 30
+
+
+@hookimpl
+def plugrt_passes():
+    return [GraphPass("fuse_gelu", fuse_gelu.run, priority=PASS_PRIORITY,
+                      description="GELU written in primitive ops (Erf or Tanh form) -> Gelu")]

@@ -2,14 +2,16 @@
 GroupNormalization, MeanVarianceNormalization and LRN.
 
 - :mod:`.ops`: the op plugins;
+- :mod:`.fuse_layernorm`: the graph pass recognizing layer normalization written in primitive ops;
 - kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, InstanceNorm,
   GroupNorm, MVN, BatchNorm training) and :mod:`.channel_norm` (BatchNorm's per-channel
   affine and running statistics, LRN).
 """
 
 from plugrt import hookimpl
+from plugrt.plugin import GraphPass
 
-from . import ops
+from . import fuse_layernorm, ops
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS
@@ -21,3 +23,13 @@ PLUGRT_API = (1, 1)
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]
+
+
+#: Runs before the contrib plugins' fusion passes (priority 100), which may match its result.
+PASS_PRIORITY = 10
+
+
+@hookimpl
+def plugrt_passes():
+    return [GraphPass("fuse_layernorm", fuse_layernorm.run, priority=PASS_PRIORITY,
+                      description="layer normalization written in primitive ops -> LayerNormalization")]

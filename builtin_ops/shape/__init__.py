@@ -7,12 +7,14 @@ Constant, Range, OneHot, Trilu.
   Tile;
 - :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),
-  :mod:`.transpose` (the shared-memory tiled transpose) and :mod:`.generators`.
+  :mod:`.transpose` (the shared-memory tiled transpose) and :mod:`.generators`;
+- :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge.
 """
 
 from plugrt import hookimpl
+from plugrt.plugin import GraphPass
 
-from . import generator_ops, movement_ops, ops
+from . import generator_ops, movement_ops, ops, simplify_pairs
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS
@@ -24,3 +26,13 @@ PLUGRT_API = (1, 1)
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]
+
+
+#: Among the plugins' cleanup passes, lowest first.
+PASS_PRIORITY = 10
+
+
+@hookimpl
+def plugrt_passes():
+    return [GraphPass("simplify_pairs", simplify_pairs.run, priority=PASS_PRIORITY, stage="cleanup",
+                      description="pairs of layout ops that cancel or merge")]

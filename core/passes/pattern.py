@@ -257,6 +257,8 @@ from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fre
                                    remove_nodes, replace_node, replace_value, shape_facts)
 
 __all__ = [
+    # the graph a pass rewrites
+    "Graph", "Node",
     # patterns
     "Pattern", "op", "capture", "const", "either", "close_to", "is_scalar",
     # matching and rewriting

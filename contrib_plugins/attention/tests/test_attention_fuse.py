@@ -88,7 +88,7 @@ def fused_node(graph):
 
 
 def merged_k(model):
-    """The model as the core's pair pass leaves K (its two Transposes merged into [0,2,3,1])."""
+    """The model as the built-in pair pass leaves K (its two Transposes merged into [0,2,3,1])."""
     registry = default_registry()
     graph = import_model(model, registry=registry)
     optimize(graph, registry, disabled=[name for name in ("fold_scales", "fuse_softmax", "fuse_epilogues",

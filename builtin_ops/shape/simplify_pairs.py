@@ -18,9 +18,8 @@ import math
 
 import numpy as np
 
-from plugrt.ir.graph import Graph, Node, origin_of
-from plugrt.passes.rewrite import (add_constant, finish, make_node, remove_nodes, replace_node,
-                                   replace_value)
+from plugrt.passes.pattern import (Graph, Node, add_constant, finish, make_node, origin_of, remove_nodes,
+                                   replace_node, replace_value)
 from plugrt.plugin import SHAPE
 
 #: Largest input (elements) the probe runs on; bigger pairs are left to the other rules.

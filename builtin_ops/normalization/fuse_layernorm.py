@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.passes.pattern import Rule, capture, close_to, const, either, is_scalar, op, reduce_axes, \
-    rewrite_matches
-from plugrt.passes import rewrite
+from plugrt.passes.pattern import (Rule, add_constant, capture, close_to, const, either, is_scalar, op, reduce_axes,
+                                   rewrite_matches)
 
 OPSET = 17
 
@@ -77,9 +76,9 @@ def _fuse(graph, registry, match):
     if scale is None or ("beta" in match.values and bias is None):
         return None
     root = match.root.name
-    inputs = [match.values["x"], rewrite.add_constant(graph, f"{root}/scale", scale)]
+    inputs = [match.values["x"], add_constant(graph, f"{root}/scale", scale)]
     if bias is not None:
-        inputs.append(rewrite.add_constant(graph, f"{root}/bias", bias))
+        inputs.append(add_constant(graph, f"{root}/bias", bias))
     attrs = {"axis": -len(axes), "epsilon": float(match.const("eps").reshape(-1)[0])}
     return match.fused(registry, "LayerNormalization", inputs, attrs, opset=OPSET)
 
