@@ -92,3 +92,61 @@ def test_kernel_compiles_for_sm90():
         check("max_pool_2d", max_pool_kernel(3, 3, 2, 2, 1, 1, 1, 1), [F, F, I64, I64, I64, I64, I64], f64_free=True)
     """)
     assert not failures, "\n".join(failures)
+
+
+def _plan_using_the_contribution(registry, tmp_path):
+    """A MaxPool plan whose tactic the tuner took from this distribution (its measure says so)."""
+    from plugrt.engine import Builder, BuilderConfig
+
+    x = np.random.default_rng(7).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    model = single_node_model("MaxPool", {"x": x}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                              opset=12)
+    ours_faster = lambda run: 1.0 if run.tactic.provider == PLUGIN else 2.0  # noqa: E731
+    engine = Builder(registry, measure=ours_faster).build_engine(model, BuilderConfig(progress=False))
+    path = tmp_path / "maxpool.plan"
+    engine.save(str(path))
+    return path, x
+
+
+def test_a_plan_records_it_and_is_refused_where_it_is_missing(registry, tmp_path):
+    from plugrt import PlanError
+    from plugrt.engine import Engine
+
+    path, x = _plan_using_the_contribution(registry, tmp_path)
+    loaded = Engine.load(str(path), registry)
+    (layer,) = loaded.inspect()["layers"]
+    assert layer["tactic"].startswith("window2d_") and layer["tactic_provider"]["distribution"] == DIST
+    got = loaded.create_execution_context().execute({"x": x})["out0"]
+    want = np.max(np.lib.stride_tricks.sliding_window_view(np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)],
+                                                                  constant_values=-np.inf), (3, 3), axis=(2, 3))
+                  [:, :, ::2, ::2], axis=(-2, -1))
+    np.testing.assert_array_equal(got, want)
+    without = Registry.load(allow=[name for name in registry.plugins if name.startswith("builtin-")])
+    with pytest.raises(PlanError, match=f"contributed by plugin '{PLUGIN}'.*pip install {DIST}=="):
+        Engine.load(str(path), without)
+
+
+def test_a_planted_wrong_variant_fails_the_kit():
+    from plugrt import hookimpl
+    from plugrt.testing import ConformanceError
+    from plugrt_contrib_pool2d import max_pool
+
+    class OffByOne(max_pool.MaxPool2d):
+        """Forgets the begin pads: every window starts one row and column late."""
+
+        def tactics(self, node, inputs, outputs):
+            x, y = inputs[0], outputs[0]
+            if x.rank != 4 or x.dtype != np.float32 or len(outputs) != 1:
+                return []
+            window = {**max_pool.geometry(node.attrs, x.shape, y.shape), "pads": [0, 0]}
+            return [max_pool.window_tactic(window, x.shape, y.shape, t) for t in max_pool.BLOCKS]
+
+    class Planted:
+        @hookimpl
+        def plugrt_tactics(self):
+            return [OffByOne()]
+
+    registry = Registry.load(allow=[n for n in Registry.load().plugins if n.startswith("builtin-")])
+    registry.register(Planted(), name="planted-pool2d", distribution="plugrt-planted-pool2d", version="0.1")
+    with pytest.raises(ConformanceError, match="window2d_t256.*differs from the reference"):
+        check_plugin("planted-pool2d", registry=registry, checks=["tactics"])
