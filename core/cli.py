@@ -42,17 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON")
     plugins.set_defaults(handler=cmd_plugins)
 
-    check = commands.add_parser("check", help="report which nodes of a model the installed plugins support")
+    check = commands.add_parser("check", help="report which nodes of a model the installed plugins support, "
+                                              "and run the build's checks short of timing tactics")
     check.add_argument("model", help="an .onnx file")
     check.add_argument("--json", action="store_true", help="print JSON")
+    _shape_options(check)
     check.set_defaults(handler=cmd_check)
 
     build = commands.add_parser("build", help="build an engine from an ONNX model and save it as a plan file")
     build.add_argument("model", help="an .onnx file")
     build.add_argument("-o", "--output", required=True, help="the plan file to write")
-    for which in ("min", "opt", "max"):
-        build.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
-                           help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224")
+    _shape_options(build)
     build.add_argument("--no-fusion", action="store_true",
                        help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
     build.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
@@ -106,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shape_options(parser) -> None:
+    for which in ("min", "opt", "max"):
+        parser.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
+                            help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224 (a shape given "
+                                 "for one of min/opt/max stands for the others not given)")
+
+
 def cmd_plugins(args) -> int:
     from plugrt.registry import default_registry
 
@@ -156,12 +163,22 @@ def _op_label(op: dict) -> str:
 
 
 def cmd_check(args) -> int:
+    """Per node support, then (all supported) what ``build`` checks before timing tactics."""
+    from plugrt.engine import Builder, BuilderConfig
     from plugrt.onnx.importer import support_report
 
+    config = BuilderConfig()
+    _add_profile(config, args)
     report = support_report(args.model)
     bad = [entry for entry in report if entry["status"] != "supported"]
+    build = "not checked: unsupported nodes" if bad else "ok"
+    if not bad:
+        try:
+            Builder().check_model(args.model, config, dynamic_dim=1)
+        except PlugrtError as exc:
+            build = f"refused: {exc}"
     if args.json:
-        print(json.dumps({"model": args.model, "nodes": report, "unsupported": len(bad)}, indent=2))
+        print(json.dumps({"model": args.model, "nodes": report, "unsupported": len(bad), "build": build}, indent=2))
     else:
         for entry in report:
             mark = {"supported": "ok", "unsupported": "UNSUPPORTED", "not checked": "not checked"}[entry["status"]]
@@ -170,7 +187,10 @@ def cmd_check(args) -> int:
                 line += f": {entry['reason']}"
             print(line)
         print(f"{len(report) - len(bad)} of {len(report)} nodes supported")
-    return EXIT_UNSUPPORTED if bad else 0
+        print(f"build checks (import, profile, graph passes, shapes, a tactic for every layer): {build}")
+        if build == "ok" and not config.profiles:
+            print("dynamic input dims, if any, were checked at 1; give --opt-shapes to check at yours")
+    return EXIT_UNSUPPORTED if bad or build != "ok" else 0
 
 
 
@@ -193,26 +213,17 @@ def parse_shapes(text: str, flag: str) -> dict[str, tuple[int, ...]]:
 
 def cmd_build(args) -> int:
     from plugrt.device import announce_once
-    from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+    from plugrt.engine import Builder, BuilderConfig
 
     announce_once()
     if args.verbose:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
     config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass),
                            optimization_level=args.optimization_level, tf32=not args.no_tf32,
                            timing_cache=args.timing_cache, progress=not args.no_progress)
-    names = set().union(*shapes.values())
-    if names:
-        profile = OptimizationProfile()
-        for name in sorted(names):
-            given = [shapes[w].get(name) for w in ("min", "opt", "max")]
-            known = [g for g in given if g is not None]
-            low, opt, high = (g if g is not None else (known[-1] if i == 2 else known[0]) for i, g in enumerate(given))
-            profile.set_shape(name, low, opt, high)
-        config.add_optimization_profile(profile)
+    _add_profile(config, args)
     engine = Builder().build_engine(args.model, config)
     engine.save(args.output)
     report = engine.inspect()
@@ -220,6 +231,25 @@ def cmd_build(args) -> int:
           f"weights {report['memory']['weights_bytes']} B, arena {report['memory']['arena_bytes']} B, "
           f"workspace {report['memory']['workspace_bytes']} B")
     return 0
+
+
+def _add_profile(config, args) -> None:
+    """The profile of ``--min/--opt/--max-shapes``: a shape not given copies one given
+    (min and opt the smallest given, max the largest); messages name only the given ones."""
+    from plugrt.engine import OptimizationProfile
+
+    shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
+    names = set().union(*shapes.values())
+    if not names:
+        return
+    profile = OptimizationProfile()
+    for name in sorted(names):
+        given = [shapes[w].get(name) for w in ("min", "opt", "max")]
+        known = [g for g in given if g is not None]
+        low, opt, high = (g if g is not None else (known[-1] if i == 2 else known[0]) for i, g in enumerate(given))
+        which = tuple(w for w, g in zip(("min", "opt", "max"), given) if g is not None)
+        profile.set_shape(name, low, opt, high, given=which)
+    config.add_optimization_profile(profile)
 
 
 def cmd_run(args) -> int:

@@ -62,6 +62,18 @@ def announce_once(stream=None) -> None:
           file=stream or sys.stderr)
 
 
+def memory_bytes() -> int | None:
+    """The current device's total memory in bytes; ``None`` in the simulator or when unknown."""
+    if simulated():
+        return None
+    try:
+        from numba import cuda
+
+        return int(cuda.current_context().get_memory_info().total)
+    except Exception:  # noqa: BLE001 - no device to ask: the builder's own limit applies
+        return None
+
+
 def describe() -> dict:
     """The device an engine is built on, as recorded in plan files."""
     if simulated():

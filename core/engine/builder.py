@@ -11,20 +11,34 @@ the max shapes by liveness.
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 
-import numpy as np
-
+from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
-from plugrt.engine.memory import plan_memory
-from plugrt.engine.profile import BuilderConfig, OptimizationProfile
+from plugrt.engine.memory import MAX_ARENA_BYTES, plan_memory
+from plugrt.engine.profile import WHICH, BuilderConfig, OptimizationProfile
 from plugrt.ir.specialize import concretize, is_host_node
-from plugrt.errors import PlugrtError, UnsupportedError
+from plugrt.errors import PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph
 from plugrt.tuning.timing_cache import TimingCache
 from plugrt.tuning.tuner import Tuner
 
 log = logging.getLogger("plugrt.builder")
+
+
+@dataclass
+class Checked:
+    """What :meth:`Builder.check_model` found: the optimized graph, the profile, the graph
+    at max and opt shapes, each device layer's tactic candidates, and the passes' results."""
+
+    graph: Graph
+    profile: OptimizationProfile
+    max_graph: Graph
+    opt_graph: Graph
+    found: list
+    passes: list
 
 
 class Builder:
@@ -58,6 +72,56 @@ class Builder:
         config = config or BuilderConfig()
         cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()
         tuner = Tuner(config, cache, measure=self.measure)
+        checked = self._check(model, config, tuner)
+        graph, profile, max_graph, opt_graph = checked.graph, checked.profile, checked.max_graph, checked.opt_graph
+        try:
+            layers = self._choose_layers(checked.found, tuner)
+        finally:
+            tuner.finish()
+            if config.timing_cache and tuner.recorded:
+                cache.save(config.timing_cache)
+                log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
+        memory = _plan(max_graph, layers)
+        _check_memory(memory.arena_bytes, profile)
+        workspace = max((layer.workspace_bytes for layer in layers), default=0)
+        if workspace > config.max_workspace_bytes:
+            raise PlugrtError(f"the engine needs {workspace} bytes of workspace, more than the config's "
+                              f"max_workspace_bytes {config.max_workspace_bytes}; raise the limit")
+        log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
+                 len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
+        return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
+                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
+                      passes=[result.as_json() for result in checked.passes])
+
+    def check_model(self, model, config: BuilderConfig | None = None, dynamic_dim: int | None = None) -> Checked:
+        """Everything :meth:`build_engine` checks before it times tactics: import, the
+        profile, the graph passes, shapes at the profile's opt and max shapes, and that
+        every device layer has a tactic. ``plugrt check`` runs this.
+
+        :param dynamic_dim: given, a dynamic input the profile does not name is checked
+            with its symbolic dims set to this (``plugrt check`` without shapes uses 1).
+        :raises PlugrtError: for the first reason the build would refuse the model.
+        """
+        from plugrt.onnx.importer import import_model
+
+        config = config or BuilderConfig()
+        if dynamic_dim is not None:
+            graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
+            given = config.profiles[0] if config.profiles else OptimizationProfile()
+            profile = OptimizationProfile(dict(given.shapes), dict(given.shape_values), dict(given.given))
+            for name in graph.inputs:
+                shape = graph.info(name).shape
+                if name not in profile.shapes and not is_static(shape):
+                    filled = [d if isinstance(d, int) else dynamic_dim for d in shape]
+                    profile.set_shape(name, filled, filled, filled)
+            config = BuilderConfig(**{**vars(config), "profiles": [profile]})
+            model = graph
+        return self._check(model, config, Tuner(config, TimingCache()))
+
+    def _check(self, model, config: BuilderConfig, tuner: Tuner) -> Checked:
+        from plugrt.onnx.importer import import_model
+        from plugrt.passes import optimize
+
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
         profile = resolve_profile(graph, config)
         values = profile.shape_values
@@ -67,23 +131,8 @@ class Builder:
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
-        try:
-            layers = self._choose_tactics(max_graph, opt_graph, tuner)
-        finally:
-            tuner.finish()
-            if config.timing_cache and tuner.recorded:
-                cache.save(config.timing_cache)
-                log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
-        memory = _plan(max_graph, layers)
-        workspace = max((layer.workspace_bytes for layer in layers), default=0)
-        if workspace > config.max_workspace_bytes:
-            raise PlugrtError(f"the engine needs {workspace} bytes of workspace, more than the config's "
-                              f"max_workspace_bytes {config.max_workspace_bytes}; raise the limit")
-        log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
-                 len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
-        return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
-                      passes=[result.as_json() for result in passes])
+        found = self._candidates(max_graph, opt_graph, tuner)
+        return Checked(graph, profile, max_graph, opt_graph, found, passes)
 
     def _tactics(self, op, node, graph: Graph) -> list:
         """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""
@@ -91,9 +140,8 @@ class Builder:
         outs = [graph.info(name) for name in node.outputs if name]
         return self.registry.tactics(op, node, ins, outs)
 
-    def _choose_tactics(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner) -> list[LayerRecord]:
-        """Every device layer's candidates first (all problems reported at once), then the
-        tuner's choice for each, at opt shapes."""
+    def _candidates(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner) -> list:
+        """Every device layer's candidates (all problems reported at once)."""
         found, problems = [], []
         for index, node in enumerate(max_graph.nodes):
             if is_host_node(max_graph, node):
@@ -126,6 +174,10 @@ class Builder:
         if problems:
             raise UnsupportedError("cannot build an engine; " + str(len(problems)) + " node(s) have no GPU "
                                    "implementation:\n  " + "\n  ".join(problems))
+        return found
+
+    def _choose_layers(self, found: list, tuner: Tuner) -> list[LayerRecord]:
+        """The tuner's choice for each device layer, at opt shapes."""
         layers = []
         for position, (index, node, op, pick, candidates, at_max) in enumerate(found, 1):
             owner = self.registry.owner(op)
@@ -153,14 +205,17 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
                                   f"--max-shapes {name}:...)")
             profile.set_shape(name, info.shape, info.shape, info.shape)
             continue
-        for which, shape in zip(("min", "opt", "max"), entry):
+        named = given.given.get(name, WHICH)
+        for which, shape in zip(WHICH, entry):
+            if which not in named:
+                continue  # a copy of a shape the user gave
             if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
                 raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
                                   f"model's shape {format_shape(info.shape)}")
-        profile.set_shape(name, *entry)
+        profile.set_shape(name, *entry, given=named)
         if name in given.shape_values:
             values = given.shape_values[name]
-            if len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
+            if len(values) != math.prod(entry[2]) or entry[0] != entry[2]:
                 raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
                                   f"{len(values)} values")
             profile.set_shape_values(name, values)
@@ -183,7 +238,7 @@ def _plan(graph: Graph, layers: list[LayerRecord]):
 
     def nbytes(name):
         info = graph.info(name)
-        return int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+        return math.prod(int(d) for d in info.shape) * info.dtype.itemsize
 
     for name in graph.inputs:
         sizes[name], lifetimes[name] = nbytes(name), [0, 0]
@@ -202,6 +257,18 @@ def _plan(graph: Graph, layers: list[LayerRecord]):
         if name in lifetimes:
             lifetimes[name][1] = end
     return plan_memory(sizes, {k: tuple(v) for k, v in lifetimes.items()})
+
+
+def _check_memory(arena_bytes: int, profile: OptimizationProfile) -> None:
+    """Refuse an arena over :data:`MAX_ARENA_BYTES` or the device's memory."""
+    limit, where = MAX_ARENA_BYTES, "plugrt's limit of 2^40 bytes"
+    device = memory_bytes()
+    if device is not None and device < limit:
+        limit, where = device, f"the device's {device} bytes of memory"
+    if arena_bytes > limit:
+        maxima = ", ".join(f"{name}: {list(shapes[2])}" for name, shapes in profile.shapes.items())
+        raise ShapeError(f"the engine needs {arena_bytes} bytes of activation memory at the profile's max "
+                         f"shapes ({maxima}), more than {where}; give smaller max shapes")
 
 
 def _shapes(graph: Graph) -> dict[str, list[int]]:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 ALIGNMENT = 256
+#: The largest arena the builder plans: 2^40 bytes (1 TiB), or less where the device has
+#: less memory (the builder checks both). Sizes are Python ints, so nothing overflows.
+MAX_ARENA_BYTES = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ def plan_memory(sizes: Mapping[str, int], lifetimes: Mapping[str, tuple[int, int
     :param sizes: bytes per tensor.
     :param lifetimes: ``(first, last)`` layer index per tensor, inclusive.
     """
+    sizes = {name: int(size) for name, size in sizes.items()}
+    for name, size in sizes.items():
+        if size < 0:
+            raise ValueError(f"tensor {name!r} has a negative size {size}")
     order = sorted(sizes, key=lambda name: (-sizes[name], lifetimes[name][0], name))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[str, int] = {}
@@ -46,7 +53,7 @@ def plan_memory(sizes: Mapping[str, int], lifetimes: Mapping[str, tuple[int, int
         offsets[name] = offset
         placed.append((offset, offset + size, first, last))
     arena = max((end for _, end, _, _ in placed), default=0)
-    return MemoryPlan(offsets, {k: int(v) for k, v in sizes.items()}, arena, _peak(sizes, lifetimes, alignment))
+    return MemoryPlan(offsets, dict(sizes), arena, _peak(sizes, lifetimes, alignment))
 
 
 def _best_gap(busy: list[tuple[int, int]], size: int) -> int:

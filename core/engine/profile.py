@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plugrt.errors import BindingError, PlugrtError
+from plugrt.errors import BindingError, PlugrtError, ShapeError
+from plugrt.ir.dims import shape_problem
+
+WHICH = ("min", "opt", "max")
 
 
 @dataclass
@@ -18,21 +21,47 @@ class OptimizationProfile:
     #: Shape-tensor inputs: their values are read on the host at run time (TensorRT's
     #: shape tensors); the value given here is the one the engine is built and planned for.
     shape_values: dict[str, list] = field(default_factory=dict)
+    #: Per input, which of min/opt/max the user gave (the others copy one of them); messages
+    #: name only these. Absent: all three.
+    given: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def set_shape_values(self, name: str, values) -> "OptimizationProfile":
         """Mark ``name`` as a shape-tensor input, built for ``values``."""
         self.shape_values[name] = np.asarray(values).reshape(-1).tolist()
         return self
 
-    def set_shape(self, name: str, min, opt, max) -> "OptimizationProfile":
-        triple = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
-        low, mid, high = triple
-        if not len(low) == len(mid) == len(high):
+    def set_shape(self, name: str, min, opt, max, given=WHICH) -> "OptimizationProfile":
+        """Set ``name``'s shape range; ``given`` says which of the three the user gave
+        (the CLI fills in the others from them), for messages.
+
+        :raises ShapeError: for a dim that is negative or over :data:`plugrt.ir.dims.MAX_DIM`,
+            a shape of more than :data:`plugrt.ir.dims.MAX_ELEMENTS` elements, or shapes out of order.
+        """
+        given = tuple(w for w in WHICH if w in given) or WHICH
+        try:
+            triple = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
+        except (TypeError, ValueError):
+            raise PlugrtError(f"profile for input {name!r}: shapes must be sequences of ints, got "
+                              f"{min!r}, {opt!r}, {max!r}") from None
+        shapes = dict(zip(WHICH, triple))
+        for which in given:
+            problem = shape_problem(shapes[which])
+            if problem:
+                raise ShapeError(f"profile {which} shape {list(shapes[which])} for input {name!r}: {problem}; "
+                                 "give a smaller shape")
+        if len({len(shapes[w]) for w in given}) > 1:
+            raise PlugrtError(f"profile for input {name!r}: the {'/'.join(given)} shapes "
+                              f"{', '.join(str(list(shapes[w])) for w in given)} must have the same rank")
+        if len({len(s) for s in triple}) > 1:
             raise PlugrtError(f"profile for input {name!r}: min, opt and max must have the same rank")
-        for axis, (a, b, c) in enumerate(zip(low, mid, high)):
-            if not 0 <= a <= b <= c:
-                raise PlugrtError(f"profile for input {name!r}: dim {axis} needs 0 <= min <= opt <= max, got {a}, {b}, {c}")
+        for axis, dims in enumerate(zip(*triple)):
+            if list(dims) != sorted(dims):
+                named = " <= ".join(given)
+                got = ", ".join(f"{w} {shapes[w][axis]}" for w in given)
+                raise PlugrtError(f"profile for input {name!r}: dim {axis} needs {named}, got {got}")
         self.shapes[name] = triple
+        if given != WHICH:
+            self.given[name] = given
         return self
 
     def get_shape(self, name: str):

@@ -87,3 +87,28 @@ def format_shape(shape: Sequence[Dim] | None) -> str:
     if shape is None:
         return "?"
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+#: The largest dimension plugrt accepts (in a model, a profile or a binding): 2^31 - 1,
+#: TensorRT's bound too. Kernels index with 64-bit ints, but a larger dim is a bad model.
+MAX_DIM = (1 << 31) - 1
+#: The largest number of elements one tensor may hold: 2^40 (4 TiB of float32).
+MAX_ELEMENTS = 1 << 40
+
+
+def shape_problem(shape: Sequence[Dim]) -> str | None:
+    """Why a shape's concrete dims are out of bounds (negative, over :data:`MAX_DIM`, more
+    than :data:`MAX_ELEMENTS` elements), or ``None`` when they are within them."""
+    elements = 1
+    for axis, dim in enumerate(shape):
+        if isinstance(dim, str):
+            continue
+        dim = int(dim)
+        if dim < 0:
+            return f"dim {axis} is {dim}, negative"
+        if dim > MAX_DIM:
+            return f"dim {axis} is {dim}, over plugrt's limit of 2^31-1 = {MAX_DIM}"
+        elements *= dim
+    if elements > MAX_ELEMENTS:
+        return f"it holds {elements} elements, over plugrt's limit of 2^40 = {MAX_ELEMENTS} per tensor"
+    return None

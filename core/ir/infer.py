@@ -9,10 +9,12 @@ shapes are static, with no op-specific code in the core.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from plugrt.errors import ModelError, PlugrtError, ShapeError
-from plugrt.ir.dims import format_shape, is_static
+from plugrt.ir.dims import format_shape, is_static, shape_problem
 from plugrt.ir.graph import Graph, Node
 from plugrt.ir.tensor import TensorInfo
 from plugrt.plugin import VARIADIC
@@ -77,6 +79,11 @@ def run_infer(op, node: Node, inputs: list) -> list[TensorInfo]:
     for i, info in enumerate(outputs):
         if not isinstance(info, TensorInfo):
             raise ShapeError(f"{node.describe()}: plugin {type(op).__name__} returned {info!r} for output {i}")
+        problem = shape_problem(info.shape)
+        if problem:
+            raise ShapeError(f"{node.describe()}: output {node.outputs[i]!r} would have shape "
+                             f"{format_shape(info.shape)}: {problem} (inputs: {_describe_inputs(inputs)}); "
+                             "check the model's shapes and shape-computing inputs")
     return outputs
 
 
@@ -99,7 +106,7 @@ def _propagate_values(op, node: Node, inputs: list, outputs: list[TensorInfo]) -
     for out in outputs:
         if not is_static(out.shape):
             return outputs
-        size += int(np.prod(out.shape, dtype=np.int64))
+        size += math.prod(int(d) for d in out.shape)
     if size > VALUE_PROPAGATION_LIMIT:
         return outputs
     try:

@@ -15,10 +15,12 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from plugrt.errors import ModelError, PlugrtError, UnsupportedError
+from plugrt.ir.dims import shape_problem
 from plugrt.ir.graph import Graph, Node, Value
 from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
+from plugrt.onnx.checks import check_name, check_names, printable, topological_order
 from plugrt.plugin import OpPlugin
 
 _ATTRIBUTE_KINDS = {
@@ -43,9 +45,13 @@ def load_model(source: Any) -> onnx.ModelProto:
     """
     if isinstance(source, onnx.ModelProto):
         return source
-    if isinstance(source, (bytes, bytearray)):
+    if isinstance(source, (bytes, bytearray, memoryview)):
         return _parse(bytes(source), "<bytes>")
-    path = os.fspath(source)
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        raise ModelError(f"cannot read a model from a {type(source).__name__}; give a file path, bytes or an "
+                         "onnx.ModelProto") from None
     if not os.path.isfile(path):
         raise ModelError(f"model file {path!r} does not exist")
     with open(path, "rb") as f:
@@ -53,7 +59,7 @@ def load_model(source: Any) -> onnx.ModelProto:
     model = _parse(data, path)
     try:
         onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+    except (OSError, ValueError, TypeError, onnx.checker.ValidationError) as exc:
         raise ModelError(f"model file {path!r}: cannot read its external data: {exc}") from None
     return model
 
@@ -62,7 +68,7 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
+    except (DecodeError, RuntimeError, ValueError, TypeError) as exc:
         raise ModelError(f"{label} is not a valid ONNX model (protobuf parse failed: {exc}); is the file truncated?") from None
     if not model.HasField("graph"):
         raise ModelError(f"{label} is not an ONNX model: it has no graph (an empty, truncated or foreign file?)")
@@ -89,19 +95,24 @@ def import_model(source: Any, registry=None, infer: bool = True) -> Graph:
 
 def _graph_inputs(model: onnx.ModelProto) -> Graph:
     """A graph holding the model's opsets, initializers and inputs, no nodes yet."""
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+    opsets = {}
+    for entry in model.opset_import:
+        domain = check_name(entry.domain, "opset_import domain")
+        opsets["" if domain == "ai.onnx" else domain] = int(entry.version)
     if not opsets:
         raise ModelError("the model imports no opset (opset_import is empty)")
     proto = model.graph
-    graph = Graph(proto.name or "graph", opsets)
+    graph = Graph(check_name(proto.name, "the graph's name") or "graph", opsets)
     for init in proto.initializer:
-        graph.add_const(init.name, _tensor_to_array(init, f"initializer {init.name!r}"))
+        name = check_name(init.name, "initializer", empty_ok=False)
+        graph.add_const(name, _tensor_to_array(init, f"initializer {name!r}"))
     for sparse in proto.sparse_initializer:
-        raise ModelError(f"sparse initializer {sparse.values.name!r} is not supported; densify it before import")
+        raise ModelError(f"sparse initializer {printable(sparse.values.name)} is not supported; densify it before import")
     for vi in proto.input:
-        if vi.name in graph.values:
+        name = check_name(vi.name, "graph input", empty_ok=False)
+        if name in graph.values:
             continue  # an initializer listed as input (IR < 4): a constant
-        graph.add_input(vi.name, _value_info(vi, "graph input"))
+        graph.add_input(name, _value_info(vi, "graph input"))
     return graph
 
 
@@ -110,38 +121,36 @@ def _build_graph(model: onnx.ModelProto, registry) -> Graph:
     opsets, proto = graph.opsets, model.graph
     nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
     _report_unsupported(nodes, registry)
-    defined = set(graph.values)
+    attributed = []
     for node, proto_node in zip(nodes, proto.node):
-        for name in node.inputs:
-            if name and name not in defined:
-                raise ModelError(
-                    f"{node.describe()}: input {name!r} is not produced by any node, graph input or initializer "
-                    "(a missing initializer?)"
-                )
-        for name in node.outputs:
-            if name in defined and name:
-                raise ModelError(f"{node.describe()}: output {name!r} is already defined")
-            defined.add(name)
         op = registry.find_op(node.domain, node.op_type, node.opset)
-        graph.add_node(node.replace(attrs=_attributes(proto_node, node, op)))
+        attributed.append(node.replace(attrs=_attributes(proto_node, node, op)))
+    defined = set(graph.values)
+    for node in topological_order(attributed, defined):
+        graph.add_node(node)
     for vi in proto.output:
-        if vi.name not in defined:
-            raise ModelError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
-        graph.add_output(vi.name)
+        name = check_name(vi.name, "graph output", empty_ok=False)
+        if name not in graph.values:
+            raise ModelError(f"graph output {name!r} is not produced by any node, input or initializer")
+        if name in graph.outputs:
+            raise ModelError(f"graph output {name!r} is listed twice; list each output once")
+        graph.add_output(name)
     return graph
 
 
 def _node(proto: onnx.NodeProto, index: int, opsets: dict[str, int]) -> Node:
-    domain = "" if proto.domain == "ai.onnx" else proto.domain
-    name = proto.name or f"{proto.op_type}_{index}"
+    op_type = check_name(proto.op_type, f"the op type of node {index}", empty_ok=False)
+    name = check_name(proto.name, f"the name of node {index} ({op_type})") or f"{op_type}_{index}"
+    domain = check_name(proto.domain, f"node {name!r}: domain")
+    domain = "" if domain == "ai.onnx" else domain
     if domain not in opsets:
         raise ModelError(f"node {name!r} ({proto.op_type}) uses domain {domain or 'ai.onnx'!r}, which the model does not import")
     return Node(
         name=name,
         op_type=proto.op_type,
         domain=domain,
-        inputs=tuple(proto.input),
-        outputs=tuple(proto.output),
+        inputs=check_names(proto.input, f"node {name!r}: input"),
+        outputs=check_names(proto.output, f"node {name!r}: output"),
         opset=opsets[domain],
         origin=(name,),
     )
@@ -166,6 +175,9 @@ def _attributes(proto: onnx.NodeProto, node: Node, op: OpPlugin) -> dict[str, An
     declared = {a.name: a for a in op.attributes}
     attrs: dict[str, Any] = {}
     for attr in proto.attribute:
+        check_name(attr.name, f"{node.describe()}: attribute", empty_ok=False)
+        if attr.name in attrs:
+            raise ModelError(f"{node.describe()}: attribute {attr.name!r} is given twice")
         spec = declared.get(attr.name)
         if spec is None:
             raise UnsupportedError(
@@ -189,10 +201,14 @@ def _attributes(proto: onnx.NodeProto, node: Node, op: OpPlugin) -> dict[str, An
 
 def _attribute_value(attr: onnx.AttributeProto, node: Node) -> Any:
     value = onnx.helper.get_attribute_value(attr)
-    if attr.type == onnx.AttributeProto.STRING:
-        return value.decode("utf-8")
-    if attr.type == onnx.AttributeProto.STRINGS:
-        return [v.decode("utf-8") for v in value]
+    try:
+        if attr.type == onnx.AttributeProto.STRING:
+            return value.decode("utf-8")
+        if attr.type == onnx.AttributeProto.STRINGS:
+            return [v.decode("utf-8") for v in value]
+    except UnicodeDecodeError:
+        raise ModelError(f"{node.describe()}: attribute {attr.name!r} holds a string that is not valid UTF-8; "
+                         "fix the attribute in the model") from None
     if attr.type == onnx.AttributeProto.TENSOR:
         return _tensor_to_array(value, f"{node.describe()} attribute {attr.name!r}")
     if attr.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
@@ -210,24 +226,28 @@ def _tensor_to_array(tensor: onnx.TensorProto, label: str) -> np.ndarray:
 
 
 def _value_info(vi: onnx.ValueInfoProto, what: str) -> TensorInfo:
+    what = f"{what} {vi.name!r}"
     if vi.type.WhichOneof("value") != "tensor_type":
-        raise UnsupportedError(f"{what} {vi.name!r}: only tensor inputs are supported, got {vi.type.WhichOneof('value')}")
+        raise UnsupportedError(f"{what}: only tensor inputs are supported, got {vi.type.WhichOneof('value')}")
     tensor_type = vi.type.tensor_type
     try:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
     except Exception:
-        raise ModelError(f"{what} {vi.name!r}: unknown element type {tensor_type.elem_type}") from None
+        raise ModelError(f"{what}: unknown element type {tensor_type.elem_type}") from None
     if not tensor_type.HasField("shape"):
-        raise ModelError(f"{what} {vi.name!r} has no shape; export the model with input shapes")
+        raise ModelError(f"{what} has no shape; export the model with input shapes")
     shape = []
     for axis, dim in enumerate(tensor_type.shape.dim):
         kind = dim.WhichOneof("value")
         if kind == "dim_value":
             shape.append(int(dim.dim_value))
         elif kind == "dim_param" and dim.dim_param:
-            shape.append(dim.dim_param)
+            shape.append(check_name(dim.dim_param, f"{what}: the name of dim {axis}"))
         else:
             shape.append(f"{vi.name}_dim{axis}")
+    problem = shape_problem(shape)
+    if problem:
+        raise ModelError(f"{what} has shape {shape}: {problem}; fix the model's input shape")
     return TensorInfo(dtype, tuple(shape))
 
 
@@ -248,8 +268,10 @@ def support_report(source: Any, registry=None) -> list[dict]:
     graph = _graph_inputs(model)
     opsets, proto = graph.opsets, model.graph
     report = []
-    for index, proto_node in enumerate(proto.node):
-        node = _node(proto_node, index, opsets)
+    nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
+    proto_of = {id(node): proto_node for node, proto_node in zip(nodes, proto.node)}
+    for node in topological_order(nodes, set(graph.values)):
+        proto_node = proto_of[id(node)]
         op = registry.find_op(node.domain, node.op_type, node.opset)
         entry = {"name": node.name, "op_type": node.op_type, "domain": node.domain or "ai.onnx",
                  "opset": node.opset, "plugin": None, "status": "supported"}
