@@ -4,7 +4,8 @@
 to go: ``b"C"`` runs ``plugrt check``'s per-node report, imports it and runs every check the builder makes before timing tactics
 (graph passes, shapes at the profile, a tactic for every layer: :meth:`Builder.check_model`);
 ``b"B"`` builds the engine too (optimization level 0: no timing, no kernels run) and
-serializes its plan. Each outcome is appended, one letter a case, to the file named by
+serializes its plan: a model the checks pass must build (what ``plugrt check``
+promises), else the case fails. Each outcome is appended, one letter a case, to the file named by
 ``PLUGRT_FUZZ_COUNTS`` when set: ``r`` refused with a PlugrtError, ``c`` imported and
 checked, ``b`` built.
 """
@@ -47,14 +48,17 @@ def import_and_build(payload: bytes):
     try:
         graph = import_model(data, registry=builder.registry)
         checked = builder.check_model(graph, BuilderConfig(optimization_level=0, progress=False), dynamic_dim=2)
-        if mode == b"B":
-            config = BuilderConfig(optimization_level=0, progress=False)
-            config.add_optimization_profile(checked.profile)
-            engine = builder.build_engine(graph, config)
-            json.dumps(engine.inspect())
-            engine.serialize()
     except PlugrtError:
         _count("r")
         raise
+    if mode == b"B":
+        config = BuilderConfig(optimization_level=0, progress=False)
+        config.add_optimization_profile(checked.profile)
+        try:
+            engine = builder.build_engine(graph, config)
+        except PlugrtError as exc:
+            return f"check passed but build refused the model: {exc}"
+        json.dumps(engine.inspect())
+        engine.serialize()
     _count("b" if mode == b"B" else "c")
     return None

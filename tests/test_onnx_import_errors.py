@@ -214,3 +214,12 @@ def test_check_refuses_what_build_refuses(tmp_path):
     onnx.save(cycle, str(bad))
     result = _cli("check", str(bad))
     assert result.returncode == 2 and "cycle through" in result.stderr
+
+
+def test_build_refuses_an_arena_over_the_limit():
+    # 3 * 2^38 elements is within the per-tensor limit, but 3 TiB of float32 is over the arena's.
+    model = chain_model(shape=(1 << 28, 1 << 10, 3))
+    with pytest.raises(ShapeError, match=r"activation memory at the profile's max shapes \(x: \[268435456, 1024, 3\]\)"):
+        Builder().build_engine(model, BuilderConfig(optimization_level=0))
+    with pytest.raises(ShapeError, match="more than plugrt's limit of 2\\^40 bytes"):
+        Builder().check_model(model)

@@ -81,7 +81,7 @@ class Builder:
             if config.timing_cache and tuner.recorded:
                 cache.save(config.timing_cache)
                 log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
-        memory = _plan(max_graph, layers)
+        memory = _plan(max_graph, [layer.node_index for layer in layers])
         _check_memory(memory.arena_bytes, profile)
         workspace = max((layer.workspace_bytes for layer in layers), default=0)
         if workspace > config.max_workspace_bytes:
@@ -95,8 +95,9 @@ class Builder:
 
     def check_model(self, model, config: BuilderConfig | None = None, dynamic_dim: int | None = None) -> Checked:
         """Everything :meth:`build_engine` checks before it times tactics: import, the
-        profile, the graph passes, shapes at the profile's opt and max shapes, and that
-        every device layer has a tactic. ``plugrt check`` runs this.
+        profile, the graph passes, shapes at the profile's opt and max shapes, that
+        every device layer has a tactic, and the activation memory at max shapes.
+        ``plugrt check`` runs this.
 
         :param dynamic_dim: given, a dynamic input the profile does not name is checked
             with its symbolic dims set to this (``plugrt check`` without shapes uses 1).
@@ -132,6 +133,7 @@ class Builder:
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
         found = self._candidates(max_graph, opt_graph, tuner)
+        _check_memory(_plan(max_graph, [entry[0] for entry in found]).arena_bytes, profile)
         return Checked(graph, profile, max_graph, opt_graph, found, passes)
 
     def _tactics(self, op, node, graph: Graph) -> list:
@@ -230,9 +232,10 @@ def _describe(graph: Graph, node) -> str:
     return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
 
 
-def _plan(graph: Graph, layers: list[LayerRecord]):
-    """Arena offsets for graph inputs and device-layer outputs, by liveness."""
-    position = {layer.node_index: i + 1 for i, layer in enumerate(layers)}
+def _plan(graph: Graph, layers: list[int]):
+    """Arena offsets for graph inputs and the outputs of the device layers (node indices
+    of ``graph``, in order), by liveness."""
+    position = {index: i + 1 for i, index in enumerate(layers)}
     end = len(layers) + 1
     sizes, lifetimes = {}, {}
 
@@ -242,11 +245,11 @@ def _plan(graph: Graph, layers: list[LayerRecord]):
 
     for name in graph.inputs:
         sizes[name], lifetimes[name] = nbytes(name), [0, 0]
-    for layer in layers:
-        for name in graph.nodes[layer.node_index].outputs:
+    for index in layers:
+        for name in graph.nodes[index].outputs:
             if name:
                 sizes[name] = nbytes(name)
-                lifetimes[name] = [position[layer.node_index]] * 2
+                lifetimes[name] = [position[index]] * 2
     for index, node in enumerate(graph.nodes):
         if index not in position:
             continue
