@@ -22,6 +22,8 @@ RAW_CASES = 2000
 #: Every how many cases one is built in full (level 0: nothing timed, no kernel runs; a
 #: build takes a few ms in the simulator, so every case that imports is built).
 BUILD_EVERY = 1
+#: Every how many cases one also runs through ``plugrt check`` (the CLI, in the worker).
+CLI_EVERY = 4
 #: A name that becomes non-UTF-8 bytes once serialized (same length: lengths stay valid).
 MARK = "@@NOT-UTF8@@"
 MARK_BYTES = b"\xff\xfeNOT-UTF8\xc3\x28"
@@ -248,10 +250,16 @@ def test_fuzz_onnx_import(tmp_path):
         seconds = time.monotonic() - started
     finally:
         del os.environ["PLUGRT_FUZZ_COUNTS"]
+    started = time.monotonic()
+    cli_failures = run_cases("fuzz_onnx_targets:cli_check", cases[::CLI_EVERY])
+    cli_seconds = time.monotonic() - started
     outcomes = counts_file.read_text() if counts_file.exists() else ""
     refused, checked, built = outcomes.count("r"), outcomes.count("c"), outcomes.count("b")
     print(f"\nONNX fuzz: {len(cases)} cases ({len(seed_models())} seeds, {PROTO_CASES} protobuf and {RAW_CASES} raw "
           f"mutations) in {seconds:.0f} s: {refused} refused with a PlugrtError, {checked + built} imported and "
           f"checked, {built} of them built; {len(failures)} failures")
+    print(f"plugrt check on every {CLI_EVERY}th case: {len(cases[::CLI_EVERY])} cases in {cli_seconds:.0f} s, "
+          f"{len(cli_failures)} failures")
     assert not failures, "\n".join(str(f) for f in failures[:10])
+    assert not cli_failures, "\n".join(str(f) for f in cli_failures[:10])
     assert built >= len(seed_models()) and refused > 0
