@@ -55,10 +55,12 @@ def file_kind(path: str) -> str:
     if _looks_like_onnx(head):
         return ONNX
     try:
-        head.decode("utf-8")
-        return "a text file"
+        if b"\0" not in head:
+            head.decode("utf-8")
+            return "a text file"
     except UnicodeDecodeError:
-        return "binary data"
+        pass
+    return "binary data"
 
 
 def looks_like_timing_cache(path: str) -> bool:
