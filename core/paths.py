@@ -11,6 +11,7 @@ Every problem is a :class:`PlugrtError` naming the option, the path and the fix.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import stat
@@ -56,7 +57,7 @@ def file_kind(path: str) -> str:
         return ONNX
     try:
         if b"\0" not in head:
-            head.decode("utf-8")
+            codecs.getincrementaldecoder("utf-8")().decode(head)  # a character cut at 4096 is no error
             return "a text file"
     except UnicodeDecodeError:
         pass
@@ -75,7 +76,9 @@ def looks_like_timing_cache(path: str) -> bool:
     except OSError:
         return False
     text = head.lstrip()
-    return text.startswith(b"{") and (TIMING_CACHE_FORMAT.encode() in head or text[1:].lstrip().startswith(b'"entries"'))
+    if not text.startswith(b"{"):
+        return False
+    return TIMING_CACHE_FORMAT.encode() in head or text[1:].lstrip().startswith(b'"entries"')
 
 
 def _zip_kind(path: str) -> str:

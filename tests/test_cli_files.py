@@ -211,7 +211,8 @@ def test_compare_onnxruntime_with_another_model_names_the_mismatch(work, capsys)
     line = refused(["run", "m.plan", "--compare-onnxruntime", "renamed.onnx"], work, capsys, "renamed.onnx")
     assert "'zzz0'" in line and "'out0'" in line and "outputs" in line
     refused(["run", "m.plan", "--compare-onnxruntime", "m.plan"], work, capsys, "m.plan", "not an ONNX model")
-    refused(["run", "m.plan", "--compare-onnxruntime", "notes.txt"], work, capsys, "notes.txt", "onnxruntime cannot load")
+    refused(["run", "m.plan", "--compare-onnxruntime", "notes.txt"], work, capsys, "notes.txt",
+            "onnxruntime cannot load")
     assert main(["run", "m.plan", "--compare-onnxruntime", "m.onnx"]) == 0
     assert "match" in capsys.readouterr().out
 
@@ -236,7 +237,11 @@ def test_new_plugin_dest_is_checked(work, capsys, monkeypatch):
     refused(["new-plugin", "soft-clip", "--op", "SoftClip", "--dest", "notes.txt"], work, capsys, "notes.txt")
     real_access = os.access
     locked = str(work / "folder")
-    monkeypatch.setattr(os, "access", lambda path, mode, **k: False if str(path) == locked else real_access(path, mode, **k))
+
+    def access(path, mode, **kwargs):
+        return False if str(path) == locked else real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
     refused(["new-plugin", "soft-clip", "--op", "SoftClip", "--dest", "folder/p"], work, capsys, "folder/p",
             "not writable")
     refused(["build", "m.onnx", "-o", "folder/x.plan"], work, capsys, "folder/x.plan", "not writable")
@@ -260,10 +265,12 @@ def test_written_files_honour_the_umask(work, capsys, mask, mode):
         assert main(["build", "m.onnx", "-o", "new.plan", "--no-progress"]) == 0
         assert main(["run", "new.plan", "--save", "new.npz"]) == 0
         assert main(["timing-cache", "merge", "t.json", "-o", "new.json"]) == 0
+        assert main(["new-plugin", "soft-clip", "--op", "SoftClip", "--dest", "plugin"]) == 0
     finally:
         os.umask(old)
-    for name in ("new.plan", "new.npz", "new.json"):
+    for name in ("new.plan", "new.npz", "new.json", "plugin/pyproject.toml"):
         assert stat.S_IMODE(os.stat(name).st_mode) == mode, name
+    assert stat.S_IMODE(os.stat("plugin").st_mode) == 0o777 & ~mask  # not always mkdtemp's 0o700
 
 
 def test_plan_magic_is_the_plan_files():
@@ -274,6 +281,8 @@ def test_file_kinds(work):
     kinds = {"m.onnx": ONNX, "m.plan": PLAN, "in.npz": NPZ, "t.json": TIMING_CACHE, "x.npy": "an .npy array",
              "notes.txt": "a text file"}
     assert {name: file_kind(name) for name in kinds} == kinds
+    (work / "long.txt").write_text("x" * 4095 + "é")  # a character cut by the 4096-byte look
+    assert file_kind("long.txt") == "a text file"
 
 
 def _child_env():
