@@ -15,7 +15,7 @@ import logging
 import numpy as np
 
 from plugrt.engine.engine import Engine, LayerRecord
-from plugrt.engine.memory import plan_memory
+from plugrt.engine.memory import liveness, plan_memory
 from plugrt.engine.profile import BuilderConfig, OptimizationProfile
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, UnsupportedError
@@ -82,7 +82,7 @@ class Builder:
         log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
                  len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
+                      shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
                       passes=[result.as_json() for result in passes])
 
     def _tactics(self, op, node, graph: Graph) -> list:
@@ -177,33 +177,10 @@ def _describe(graph: Graph, node) -> str:
 
 def _plan(graph: Graph, layers: list[LayerRecord]):
     """Arena offsets for graph inputs and device-layer outputs, by liveness."""
-    position = {layer.node_index: i + 1 for i, layer in enumerate(layers)}
-    end = len(layers) + 1
-    sizes, lifetimes = {}, {}
-
-    def nbytes(name):
-        info = graph.info(name)
-        return int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
-
-    for name in graph.inputs:
-        sizes[name], lifetimes[name] = nbytes(name), [0, 0]
-    for layer in layers:
-        for name in graph.nodes[layer.node_index].outputs:
-            if name:
-                sizes[name] = nbytes(name)
-                lifetimes[name] = [position[layer.node_index]] * 2
-    for index, node in enumerate(graph.nodes):
-        if index not in position:
-            continue
-        for name in node.inputs:
-            if name in lifetimes:
-                lifetimes[name][1] = max(lifetimes[name][1], position[index])
-    for name in graph.outputs:
-        if name in lifetimes:
-            lifetimes[name][1] = end
-    return plan_memory(sizes, {k: tuple(v) for k, v in lifetimes.items()})
+    sizes, lifetimes = liveness(graph, [layer.node_index for layer in layers])
+    return plan_memory(sizes, lifetimes)
 
 
-def _shapes(graph: Graph) -> dict[str, list[int]]:
+def value_shapes(graph: Graph) -> dict[str, list[int]]:
     return {name: list(value.info.shape) for name, value in graph.values.items()
             if value.info is not None and value.const is None}
