@@ -32,18 +32,37 @@ def check_structure(graph, label: str) -> None:
     except PlugrtError as exc:
         raise _refuse(label, "graph", exc) from None
     for i, node in enumerate(graph.nodes):
-        if not is_fused(node):
-            continue
-        available = set(node.inputs)
-        for k, inner in enumerate(body_nodes(node)):
-            for name in inner.inputs:
-                if name and name not in available:
-                    raise _refuse(label, f"graph.nodes[{i}].attrs.body[{k}].inputs",
-                                  f"{name!r} is neither an input of the fused layer nor made earlier in its body")
-            available.update(n for n in inner.outputs if n)
-        for name in node.outputs:
-            if name not in available:
-                raise _refuse(label, f"graph.nodes[{i}].outputs", f"{name!r} is not made by the fused layer's body")
+        _check_opset(graph, node, f"graph.nodes[{i}]", label)
+        if is_fused(node):
+            _check_body(graph, node, f"graph.nodes[{i}]", label)
+
+
+def _check_opset(graph, node, path: str, label: str) -> None:
+    """A node's opset is the one the graph imports for its domain (fused layers: 1)."""
+    expected = 1 if is_fused(node) else graph.opsets.get(node.domain)
+    if node.opset != expected:
+        raise _refuse(label, f"{path}.opset", f"{node.describe()}: the graph imports opset {expected} of domain "
+                                              f"{node.domain or 'ai.onnx'!r}")
+
+
+def _check_body(graph, node, path: str, label: str) -> None:
+    """A fused body reads only the layer's inputs and its own earlier outputs, reads every
+    input, and makes every output."""
+    available, read = set(node.inputs), set()
+    for k, inner in enumerate(body_nodes(node)):
+        _check_opset(graph, inner, f"{path}.attrs.body[{k}]", label)
+        for name in inner.inputs:
+            if name and name not in available:
+                raise _refuse(label, f"{path}.attrs.body[{k}].inputs",
+                              f"{name!r} is neither an input of the fused layer nor made earlier in its body")
+            read.add(name)
+        available.update(n for n in inner.outputs if n)
+    for name in node.inputs:
+        if name and name not in read:
+            raise _refuse(label, f"{path}.inputs", f"{name!r} is not read by the fused layer's body")
+    for name in node.outputs:
+        if name not in available:
+            raise _refuse(label, f"{path}.outputs", f"{name!r} is not made by the fused layer's body")
 
 
 def check_attributes(graph, registry, label: str) -> None:
