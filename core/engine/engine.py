@@ -166,15 +166,16 @@ class Engine:
         except PlugrtError as exc:
             raise PlanError(f"plan {label}: profiles[0]: {exc}; rebuild the plan with plugrt {__version__}") from None
         graph = graph_from_json(header["graph"], arrays, label)
-        plan_checks.check_structure(graph, label)
         _check_plugins(graph, layers, registry, label)
+        plan_checks.check_structure(graph, registry, label)
         plan_checks.check_attributes(graph, registry, label)
         plan_checks.infer(graph, registry, label)
         plan_checks.check_profile(graph, profile, label)
         opt_graph = plan_checks.concretize_at(graph, profile, 1, registry, label)
         max_graph = plan_checks.concretize_at(graph, profile, 2, registry, label)
+        plan_checks.check_shapes(header, opt_graph, max_graph, label)
         workspace = plan_checks.check_layers(layers, registry, opt_graph, max_graph, label)
-        plan_checks.check_memory(header, layers, opt_graph, max_graph, workspace, label)
+        plan_checks.check_memory(header, layers, max_graph, workspace, label)
         return cls(graph, profile, layers, dict(memory["offsets"]), memory["arena_bytes"],
                    memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"])
 

@@ -12,29 +12,40 @@ and workspace no larger than the shapes need). Each problem is a :class:`PlanErr
 from __future__ import annotations
 
 import json
+import math
+
+import numpy as np
 
 from plugrt.engine.memory import ALIGNMENT, align, liveness
-from plugrt.engine.plan_schema import fix
+from plugrt.engine.plan_schema import MAX_BYTES, fix
 from plugrt.errors import PlanError, PlugrtError
 from plugrt.fusion.op import body_nodes, is_fused
 from plugrt.ir.attributes import check_resolved
 from plugrt.ir.validate import validate_graph
+from plugrt.plugin import ANCHOR
 
 
 def _refuse(label: str, where: str, exc: PlugrtError | str) -> PlanError:
     return PlanError(f"plan {label}: {where}: {exc}; {fix()}")
 
 
-def check_structure(graph, label: str) -> None:
-    """Values defined before use, once; outputs produced; fused bodies wired inside."""
+def check_structure(graph, registry, label: str) -> None:
+    """Values defined before use, once; outputs produced; no dead node (the builder removes
+    them); fused bodies wired inside; opsets the graph's."""
+    if not graph.outputs:
+        raise _refuse(label, "graph.outputs", "an engine needs at least one output")
     try:
         validate_graph(graph, None, require_types=False)
     except PlugrtError as exc:
         raise _refuse(label, "graph", exc) from None
+    used = set(graph.outputs) | {name for node in graph.nodes for name in node.inputs}
     for i, node in enumerate(graph.nodes):
         _check_opset(graph, node, f"graph.nodes[{i}]", label)
+        if not any(name in used for name in node.outputs if name):
+            raise _refuse(label, f"graph.nodes[{i}].outputs", f"{node.describe()}: no output is used (a built "
+                                                               "engine has no dead nodes)")
         if is_fused(node):
-            _check_body(graph, node, f"graph.nodes[{i}]", label)
+            _check_body(graph, node, registry, f"graph.nodes[{i}]", label)
 
 
 def _check_opset(graph, node, path: str, label: str) -> None:
@@ -45,11 +56,22 @@ def _check_opset(graph, node, path: str, label: str) -> None:
                                               f"{node.domain or 'ai.onnx'!r}")
 
 
-def _check_body(graph, node, path: str, label: str) -> None:
+def _check_body(graph, node, registry, path: str, label: str) -> None:
     """A fused body reads only the layer's inputs and its own earlier outputs, reads every
-    input, and makes every output."""
+    input, and makes every output; an anchor's inputs come first, in its order."""
+    body = body_nodes(node)
+    if not body:
+        raise _refuse(label, f"{path}.attrs.body", "a fused layer needs at least one inner node")
+    first = registry.find_op(body[0].domain, body[0].op_type, body[0].opset)
+    if first is not None and ANCHOR in first.groups:
+        count = len(body[0].inputs)
+        made = {name for inner in body for name in inner.outputs}
+        leaves = {name for inner in body[1:] for name in inner.inputs if name and name not in made}
+        if tuple(node.inputs[:count]) != tuple(body[0].inputs) or set(node.inputs[count:]) - {""} != leaves:
+            raise _refuse(label, f"{path}.inputs", f"must be the anchor's inputs {list(body[0].inputs)} followed "
+                                                   f"by the values its epilogue reads {sorted(leaves)}")
     available, read = set(node.inputs), set()
-    for k, inner in enumerate(body_nodes(node)):
+    for k, inner in enumerate(body):
         _check_opset(graph, inner, f"{path}.attrs.body[{k}]", label)
         for name in inner.inputs:
             if name and name not in available:
@@ -57,6 +79,10 @@ def _check_body(graph, node, path: str, label: str) -> None:
                               f"{name!r} is neither an input of the fused layer nor made earlier in its body")
             read.add(name)
         available.update(n for n in inner.outputs if n)
+    for k, inner in enumerate(body):
+        if not any(name in read or name in node.outputs for name in inner.outputs if name):
+            raise _refuse(label, f"{path}.attrs.body[{k}].outputs", f"{inner.describe()}: no output is used "
+                                                                     "inside or outside the fused layer")
     for name in node.inputs:
         if name and name not in read:
             raise _refuse(label, f"{path}.inputs", f"{name!r} is not read by the fused layer's body")
@@ -115,6 +141,24 @@ def concretize_at(graph, profile, which: int, registry, label: str):
         raise _refuse(label, f"profiles[0].{('min', 'opt', 'max')[which]}", exc) from None
 
 
+def check_shapes(header: dict, opt_graph, max_graph, label: str) -> None:
+    """The recorded shapes are the graph's at the profile's opt and max shapes, and no
+    tensor there holds more than :data:`MAX_BYTES`."""
+    from plugrt.engine.builder import value_shapes
+
+    for name, value in max_graph.values.items():
+        info = value.info
+        if info is None or not all(isinstance(d, (int, np.integer)) for d in info.shape):
+            continue
+        if math.prod(int(d) for d in info.shape) * info.dtype.itemsize > MAX_BYTES:
+            raise _refuse(label, "graph", f"value {name!r} has shape {list(info.shape)} at the profile's max "
+                                          f"shapes, more than {MAX_BYTES} bytes")
+    for which, graph in (("opt", opt_graph), ("max", max_graph)):
+        if header["shapes"][which] != value_shapes(graph):
+            raise _refuse(label, f"shapes.{which}", "the recorded shapes differ from the graph's at the profile's "
+                                                    f"{which} shapes")
+
+
 def check_layers(layers, registry, opt_graph, max_graph, label: str) -> int:
     """One layer per device node, each tactic offered by its plugin; returns the workspace
     the layers may ask for (each at most what its tactic needs at max shapes)."""
@@ -154,22 +198,19 @@ def _tactics(registry, node, graph, label: str, i: int) -> list:
         return registry.tactics(registry.op(node), node, ins, outs)
     except PlugrtError as exc:
         raise _refuse(label, f"layers[{i}]", exc) from None
+    except Exception as exc:  # a plugin's bug, reached through this plan's data
+        raise _refuse(label, f"layers[{i}]", f"{node.describe()}: the plugin failed to offer tactics "
+                                             f"({type(exc).__name__}: {exc})") from None
 
 
 def _json(value):
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def check_memory(header: dict, layers, opt_graph, max_graph, workspace: int, label: str) -> None:
-    """Recorded shapes match the graph's; offsets place every arena tensor aligned, inside
+def check_memory(header: dict, layers, max_graph, workspace: int, label: str) -> None:
+    """Offsets place every arena tensor aligned, inside
     the arena and apart from those live at the same time; the arena is no larger than all
     tensors side by side, the workspace the largest layer's."""
-    from plugrt.engine.builder import value_shapes
-
-    for which, graph in (("opt", opt_graph), ("max", max_graph)):
-        if header["shapes"][which] != value_shapes(graph):
-            raise _refuse(label, f"shapes.{which}", "the recorded shapes differ from the graph's at the profile's "
-                                                    f"{which} shapes")
     memory = header["memory"]
     if memory["workspace_bytes"] != workspace:
         raise _refuse(label, "memory.workspace_bytes", f"{memory['workspace_bytes']} differs from the layers' "
