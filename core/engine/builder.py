@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 
 from plugrt.engine.engine import Engine, LayerRecord
-from plugrt.engine.memory import liveness, plan_memory
-from plugrt.engine.profile import BuilderConfig, OptimizationProfile
+from plugrt.engine.memory import liveness, plan_memory, value_shapes
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profile
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
@@ -139,38 +138,6 @@ class Builder:
         return layers
 
 
-def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
-    """The config's profile with static inputs filled in; every dynamic input must be in it."""
-    given = config.profiles[0] if config.profiles else OptimizationProfile()
-    profile = OptimizationProfile()
-    for name in graph.inputs:
-        info = graph.info(name)
-        entry = given.get_shape(name)
-        if entry is None:
-            if not is_static(info.shape):
-                raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
-                                  f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
-                                  f"--max-shapes {name}:...)")
-            profile.set_shape(name, info.shape, info.shape, info.shape)
-            continue
-        for which, shape in zip(("min", "opt", "max"), entry):
-            if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
-                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
-                                  f"model's shape {format_shape(info.shape)}")
-        profile.set_shape(name, *entry)
-        if name in given.shape_values:
-            values = given.shape_values[name]
-            if len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
-                raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
-                                  f"{len(values)} values")
-            profile.set_shape_values(name, values)
-    unknown = sorted(set(given.shapes) - set(graph.inputs))
-    if unknown:
-        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
-                          f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
-    return profile
-
-
 def _describe(graph: Graph, node) -> str:
     return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
 
@@ -179,8 +146,3 @@ def _plan(graph: Graph, layers: list[LayerRecord]):
     """Arena offsets for graph inputs and device-layer outputs, by liveness."""
     sizes, lifetimes = liveness(graph, [layer.node_index for layer in layers])
     return plan_memory(sizes, lifetimes)
-
-
-def value_shapes(graph: Graph) -> dict[str, list[int]]:
-    return {name: list(value.info.shape) for name, value in graph.values.items()
-            if value.info is not None and value.const is None}

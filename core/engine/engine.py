@@ -281,14 +281,14 @@ def _plugin_problem(registry, node, plugin, distribution, version, op_version) -
         return (f"{node.describe()} needs plugin {plugin!r} from distribution {dist} version {version}, which is "
                 f"not installed: {install}")
     owner = registry.owner(op)
-    if owner.name != plugin:
-        return (f"{node.describe()} was built with plugin {plugin!r}, but plugin {owner.name!r} provides the op "
-                f"here: {install}, or rebuild the plan")
     why = _incompatibility(distribution, version, op_version, owner.distribution, owner.version, op.version)
     if why:
         return (f"{node.describe()} was built with {dist} {version} (op version {op_version}), but "
                 f"{owner.distribution or '(no distribution)'} {owner.version} (op version {op.version}) is "
                 f"installed, and {why}: {install}, or rebuild the plan")
+    if owner.name != plugin:
+        return (f"{node.describe()} was built with plugin {plugin!r}, but plugin {owner.name!r} provides the op "
+                f"here: {install}, or rebuild the plan")
     if owner.version != version:
         log.warning("%s was built with %s %s; running it with %s %s (a patch release, same op version %s)",
                     node.describe(), dist, version, dist, owner.version, op.version)

@@ -98,3 +98,9 @@ def _peak(sizes, lifetimes, alignment) -> int:
         live = sum(align(max(int(sizes[n]), 1), alignment) for n, (f, l) in lifetimes.items() if f <= t <= l)
         peak = max(peak, live)
     return peak
+
+
+def value_shapes(graph) -> dict[str, list[int]]:
+    """Each non-constant value's shape, as plans record them (``shapes.opt``, ``shapes.max``)."""
+    return {name: list(value.info.shape) for name, value in graph.values.items()
+            if value.info is not None and value.const is None}

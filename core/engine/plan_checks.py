@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from plugrt.engine.memory import ALIGNMENT, align, liveness
+from plugrt.engine.memory import ALIGNMENT, align, liveness, value_shapes
 from plugrt.engine.plan_schema import MAX_BYTES, fix
 from plugrt.errors import PlanError, PlugrtError
 from plugrt.fusion.op import body_nodes, is_fused
@@ -116,8 +116,7 @@ def infer(graph, registry, label: str) -> None:
 
 def check_profile(graph, profile, label: str) -> None:
     """The profile covers exactly the graph's inputs, at their ranks and static dims."""
-    from plugrt.engine.builder import resolve_profile
-    from plugrt.engine.profile import BuilderConfig
+    from plugrt.engine.profile import BuilderConfig, resolve_profile
 
     try:
         resolved = resolve_profile(graph, BuilderConfig(profiles=[profile]))
@@ -144,8 +143,6 @@ def concretize_at(graph, profile, which: int, registry, label: str):
 def check_shapes(header: dict, opt_graph, max_graph, label: str) -> None:
     """The recorded shapes are the graph's at the profile's opt and max shapes, and no
     tensor there holds more than :data:`MAX_BYTES`."""
-    from plugrt.engine.builder import value_shapes
-
     for name, value in max_graph.values.items():
         info = value.info
         if info is None or not all(isinstance(d, (int, np.integer)) for d in info.shape):
