@@ -110,7 +110,7 @@ def header_mutation(rng: random.Random, header: dict) -> dict:
 def _targeted(rng: random.Random, header: dict) -> None:
     """Edits aimed at what the issue saw: the array table, offsets, layers, profile, memory."""
     arrays, memory, layers = header["arrays"], header["memory"], header["layers"]
-    choice = rng.randrange(9)
+    choice = rng.randrange(10)
     if choice == 0 and arrays:
         entry = rng.choice(arrays)
         key = rng.choice(["dtype", "name", "nbytes", "offset", "shape"])
@@ -148,6 +148,12 @@ def _targeted(rng: random.Random, header: dict) -> None:
         attrs = node["attrs"]
         key = rng.choice(list(attrs) + ["bogus"])
         attrs[key] = rng.choice(ODD_VALUES + ([1, 1, 1, 1], [0, 0], "VALID", "SAME_UPPER", -3, 7))
+    elif choice == 8:
+        container, key = rng.choice(_paths(header))
+        value = container[key]
+        for _ in range(rng.choice([3, 40, 400])):
+            value = [value]
+        container[key] = value
     else:
         layer = rng.choice(layers)
         layer["tactic"] = rng.choice([{"name": "nope", "params": {}}, {"name": layer["tactic"]["name"]},

@@ -227,6 +227,16 @@ def test_unknown_tactic_is_refused(plans):
     refused(edited(plans["relu"], edit), "layers[0].tactic", "offers no tactic 'warp_speed'", REBUILD)
 
 
+def test_deeply_nested_header_is_refused_before_it_is_walked(plans):
+    def edit(h):
+        value = 1
+        for _ in range(400):
+            value = [value]
+        h["graph"]["nodes"][0]["attrs"]["alpha"] = value
+
+    refused(edited(plans["relu"], edit), "nests deeper than 32 levels", REBUILD)
+
+
 def test_decode_refuses_a_table_that_is_not_a_list():
     from plugrt.engine.plan_file import encode_plan
 

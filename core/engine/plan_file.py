@@ -21,7 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-from plugrt.engine.plan_schema import check_array_table
+from plugrt.engine.plan_schema import check_array_table, check_depth
 from plugrt.errors import PlanError
 from plugrt.files import write_atomically
 
@@ -88,6 +88,7 @@ def decode_plan(data: bytes, label: str = "<bytes>") -> tuple[dict, dict[str, np
         header = json.loads(payload[start:start + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise PlanError(f"plan {label} has an unreadable header: {exc}; rebuild it") from None
+    check_depth(header, label)
     if not isinstance(header, dict):
         raise PlanError(f"plan {label}: its header must be a JSON object, got {type(header).__name__}; rebuild it")
     blob_start = start + header_len + _pad(start + header_len)

@@ -26,6 +26,8 @@ MAX_BYTES = 1 << 40
 #: Array dtypes a plan may store: booleans, integers, floats; little-endian or byte-wide.
 _DTYPE_KINDS = "biuf"
 _ARRAY_KEY = "__array__"
+#: Deepest JSON nesting a header may have.
+MAX_DEPTH = 32
 
 
 def fix() -> str:
@@ -112,6 +114,20 @@ class Fields:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_depth(header, label: str, limit: int = MAX_DEPTH) -> None:
+    """No JSON nesting deeper than ``limit`` (a plan's is under 10), so that the checkers'
+    recursion stays shallow whatever the file holds."""
+    stack = [(header, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            raise PlanError(f"plan {label}: its header nests deeper than {limit} levels; {fix()}")
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
 
 
 # ---------------------------------------------------------------------- the array table
