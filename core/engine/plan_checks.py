@@ -30,33 +30,19 @@ def _refuse(label: str, where: str, exc: PlugrtError | str) -> PlanError:
 
 
 def check_structure(graph, registry, label: str) -> None:
-    """Values defined before use, once; outputs produced; no dead node (the builder removes
-    them); fused bodies wired inside; opsets the graph's."""
+    """Values defined before use, once; outputs produced; fused bodies wired inside."""
     if not graph.outputs:
         raise _refuse(label, "graph.outputs", "an engine needs at least one output")
     try:
         validate_graph(graph, None, require_types=False)
     except PlugrtError as exc:
         raise _refuse(label, "graph", exc) from None
-    used = set(graph.outputs) | {name for node in graph.nodes for name in node.inputs}
     for i, node in enumerate(graph.nodes):
-        _check_opset(graph, node, f"graph.nodes[{i}]", label)
-        if not any(name in used for name in node.outputs if name):
-            raise _refuse(label, f"graph.nodes[{i}].outputs", f"{node.describe()}: no output is used (a built "
-                                                               "engine has no dead nodes)")
         if is_fused(node):
-            _check_body(graph, node, registry, f"graph.nodes[{i}]", label)
+            _check_body(node, registry, f"graph.nodes[{i}]", label)
 
 
-def _check_opset(graph, node, path: str, label: str) -> None:
-    """A node's opset is the one the graph imports for its domain (fused layers: 1)."""
-    expected = 1 if is_fused(node) else graph.opsets.get(node.domain)
-    if node.opset != expected:
-        raise _refuse(label, f"{path}.opset", f"{node.describe()}: the graph imports opset {expected} of domain "
-                                              f"{node.domain or 'ai.onnx'!r}")
-
-
-def _check_body(graph, node, registry, path: str, label: str) -> None:
+def _check_body(node, registry, path: str, label: str) -> None:
     """A fused body reads only the layer's inputs and its own earlier outputs, reads every
     input, and makes every output; an anchor's inputs come first, in its order."""
     body = body_nodes(node)
@@ -72,7 +58,6 @@ def _check_body(graph, node, registry, path: str, label: str) -> None:
                                                    f"by the values its epilogue reads {sorted(leaves)}")
     available, read = set(node.inputs), set()
     for k, inner in enumerate(body):
-        _check_opset(graph, inner, f"{path}.attrs.body[{k}]", label)
         for name in inner.inputs:
             if name and name not in available:
                 raise _refuse(label, f"{path}.attrs.body[{k}].inputs",
