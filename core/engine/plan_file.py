@@ -6,8 +6,10 @@ Layout (little-endian)::
     padding to 64  arrays, each 64-byte aligned  sha256 of everything before (32 bytes)
 
 No pickle anywhere: the header is JSON and arrays are raw bytes described in the header
-(name, dtype, shape, offset, nbytes). Files are written atomically (temporary file in the
-same folder, fsync, rename), so a crash never leaves a half-written plan.
+(name, dtype, shape, offset, nbytes), checked on reading (:mod:`plugrt.engine.plan_schema`):
+each array lies, aligned, inside the data region and apart from the others. Files are
+written atomically (temporary file in the same folder, fsync, rename), so a crash never
+leaves a half-written plan.
 """
 
 from __future__ import annotations
