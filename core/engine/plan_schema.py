@@ -284,9 +284,10 @@ def _check_profiles(fields: Fields, profiles) -> None:
         for axis, (low, mid, high) in enumerate(zip(*triple)):
             if not low <= mid <= high:
                 raise fields.fail(f"{path}.opt[{axis}]", f"between min {low} and max {high}", mid)
-        if "values" in entry:
+        if "values" in entry:  # a shape-tensor input's values: any numbers (float inputs too)
             for i, v in enumerate(fields.sequence(entry["values"], f"{path}.values")):
-                fields.integer(v, f"{path}.values[{i}]", -(1 << 62), 1 << 62)
+                if not isinstance(v, (int, float)):
+                    raise fields.fail(f"{path}.values[{i}]", "a number", v)
 
 
 def _check_layers(fields: Fields, layers, node_count: int) -> None:
