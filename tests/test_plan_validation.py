@@ -245,3 +245,35 @@ def test_decode_refuses_a_table_that_is_not_a_list():
     header["arrays"] = {"w": 1}
     with pytest.raises(PlanError, match=r"arrays must be a list"):
         decode_plan(join_plan(head, header, blob), "m.plan")
+
+
+# ---------------------------------------------------------------------- valid plans still load
+
+
+def test_plans_with_fused_gelu_and_layernorm_load(rng):
+    from test_fusion_models import bert_mlp
+
+    from plugrt.engine import Builder, BuilderConfig
+
+    model = bert_mlp(rng)
+    model = model[0] if isinstance(model, tuple) else model
+    engine = Builder().build_engine(model, BuilderConfig(optimization_level=0, progress=False))
+    ops = [layer["op"] for layer in Engine.deserialize(engine.serialize()).inspect()["layers"]]
+    assert "LayerNormalization" in ops and any("Gelu" in op for op in ops)
+
+
+def test_plan_with_float_shape_tensor_values_loads():
+    """The ONNX backend makes small float inputs shape tensors; their values are floats."""
+    from onnx import TensorProto, helper
+
+    from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+
+    graph = helper.make_graph([helper.make_node("ReduceL2", ["x"], ["y"], keepdims=0)], "l2",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    config = BuilderConfig(optimization_level=0, progress=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (2, 2), (2, 2), (2, 2))
+                                    .set_shape_values("x", [0.5, 1.5, 2.5, 3.5]))
+    engine = Builder().build_engine(model, config)
+    assert Engine.deserialize(engine.serialize()).profile.shape_values == {"x": [0.5, 1.5, 2.5, 3.5]}
