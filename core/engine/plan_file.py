@@ -116,5 +116,9 @@ def write_plan(path: str, header: Mapping, arrays: Mapping[str, np.ndarray]) -> 
 def read_plan(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     if not os.path.isfile(path):
         raise PlanError(f"plan file {path!r} does not exist")
-    with open(path, "rb") as f:
-        return decode_plan(f.read(), repr(path))
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise PlanError(f"plan file {path!r} cannot be read: {exc.strerror or exc}") from None
+    return decode_plan(data, repr(path))
