@@ -25,7 +25,7 @@ LAYERS = (
     ("data", ("plugrt.ir", "plugrt.ir.dims", "plugrt.ir.tensor", "plugrt.ir.graph", "plugrt.tactic")),
     ("kernel toolkit", ("plugrt.kernels", "plugrt.launcher", "plugrt.fusion", "plugrt.fusion.codegen")),
     ("plugin contract", ("plugrt.plugin", "plugrt.hookspecs")),
-    ("graph analysis", ("plugrt.ir.infer", "plugrt.ir.validate", "plugrt.ir.specialize", "plugrt.bindings",
+    ("graph analysis", ("plugrt.ir.attributes", "plugrt.ir.infer", "plugrt.ir.validate", "plugrt.ir.specialize", "plugrt.bindings",
                         "plugrt.fusion.op")),
     ("registry", ("plugrt.registry", "plugrt.reference")),
     ("import and passes", ("plugrt.onnx", "plugrt.onnx.importer", "plugrt.passes", "plugrt.passes.*")),

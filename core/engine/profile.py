@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from plugrt.errors import BindingError, PlugrtError
+from plugrt.ir.dims import format_shape, is_static
+
+if TYPE_CHECKING:
+    from plugrt.ir.graph import Graph
 
 
 @dataclass
@@ -93,3 +98,35 @@ class BuilderConfig:
             raise PlugrtError("this plugrt supports one optimization profile per engine")
         self.profiles.append(profile)
         return len(self.profiles) - 1
+
+
+def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
+    """The config's profile with static inputs filled in; every dynamic input must be in it."""
+    given = config.profiles[0] if config.profiles else OptimizationProfile()
+    profile = OptimizationProfile()
+    for name in graph.inputs:
+        info = graph.info(name)
+        entry = given.get_shape(name)
+        if entry is None:
+            if not is_static(info.shape):
+                raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
+                                  f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
+                                  f"--max-shapes {name}:...)")
+            profile.set_shape(name, info.shape, info.shape, info.shape)
+            continue
+        for which, shape in zip(("min", "opt", "max"), entry):
+            if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
+                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
+                                  f"model's shape {format_shape(info.shape)}")
+        profile.set_shape(name, *entry)
+        if name in given.shape_values:
+            values = given.shape_values[name]
+            if len(values) != int(np.prod(entry[2])) or entry[0] != entry[2]:
+                raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
+                                  f"{len(values)} values")
+            profile.set_shape_values(name, values)
+    unknown = sorted(set(given.shapes) - set(graph.inputs))
+    if unknown:
+        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
+                          f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
+    return profile
