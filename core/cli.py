@@ -1,24 +1,45 @@
 """The ``plugrt`` command line.
 
 Every :class:`PlugrtError` becomes one ``plugrt: error: ...`` message on stderr and exit
-status 2; no traceback for user errors.
+status 2; no traceback for user errors. Every file a command names is checked before the
+work starts (:mod:`plugrt.paths`): no command overwrites its own input, or without
+``--force`` a file of another kind. Output piped into a reader that stops early (``| head``)
+ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from plugrt import API_VERSION, __version__
 from plugrt.errors import PlugrtError
 from plugrt.files import write_atomically
+from plugrt.paths import (NPZ, PLAN, TIMING_CACHE, check_distinct, check_input, check_model_input, check_new_folder,
+                          check_output, check_plan_input)
 
 EXIT_USER_ERROR = 2
 EXIT_UNSUPPORTED = 1
+#: A shell's status for a command whose reader closed the pipe (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()
+        return code
+    except SystemExit:
+        _flush_stdout()  # --help or a usage error: argparse has printed, the reader may be gone
+        raise
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
@@ -29,8 +50,35 @@ def main(argv: list[str] | None = None) -> int:
     except PlugrtError as exc:
         print(f"plugrt: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        # What the checks before the work cannot foresee: a full disk, a file removed meanwhile.
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"plugrt: error: cannot read or write{where}: {exc.strerror or exc}; check the path, its "
+              "permissions and the free space", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    """Python's recipe for a closed pipe: point stdout at devnull, so the flush at exit
+    finds somewhere to write instead of printing another BrokenPipeError."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
     build.add_argument("--no-progress", action="store_true", help="no progress line while tactics are timed")
     build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
+    build.add_argument("--force", action="store_true", help=_FORCE_HELP)
     build.set_defaults(handler=cmd_build)
 
     run = commands.add_parser("run", help="run a plan file")
@@ -73,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--save", help="write the outputs to this .npz file")
     run.add_argument("--compare-onnxruntime", metavar="MODEL", help="compare with onnxruntime on this model")
     run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --compare-onnxruntime")
+    run.add_argument("--force", action="store_true", help=_FORCE_HELP)
     run.set_defaults(handler=cmd_run)
 
     inspect = commands.add_parser("inspect", help="show a plan's layers, tactics and memory")
@@ -102,8 +152,13 @@ def _parser() -> argparse.ArgumentParser:
                                                      "time wins where two timed the same tactic)")
     merge.add_argument("caches", nargs="+", metavar="CACHE", help="timing cache files")
     merge.add_argument("-o", "--output", required=True, help="the merged cache to write (may be one of the inputs)")
+    merge.add_argument("--force", action="store_true", help=_FORCE_HELP)
     merge.set_defaults(handler=cmd_timing_cache_merge)
     return parser
+
+
+_FORCE_HELP = ("overwrite an existing output file that is not of the kind written (a command never "
+               "overwrites its own input)")
 
 
 def _shape_options(parser) -> None:
@@ -149,6 +204,7 @@ def cmd_new_plugin(args) -> int:
     spec = plugin_spec(args.name, args.op, args.domain, args.kind)
     spec = check_registry(spec, default_registry())
     dest = args.dest if args.dest is not None else default_dest(spec)
+    check_new_folder(str(dest), "--dest")
     files = render_plugin(spec, dest)
     print(f"created {spec.distribution} ({spec.qualified_op}, {spec.kind}) in {dest}: {len(files)} files")
     for path in files:
@@ -167,6 +223,7 @@ def cmd_check(args) -> int:
     from plugrt.engine import Builder, BuilderConfig
     from plugrt.onnx.importer import support_report
 
+    check_model_input(args.model, "MODEL")
     config = BuilderConfig()
     _add_profile(config, args)
     report = support_report(args.model)
@@ -215,6 +272,11 @@ def cmd_build(args) -> int:
     from plugrt.device import announce_once
     from plugrt.engine import Builder, BuilderConfig
 
+    check_model_input(args.model, "MODEL")
+    if args.timing_cache:
+        _check_timing_cache(args.timing_cache, {"MODEL": args.model}, args.force)
+    check_output(args.output, "-o", PLAN, {"MODEL": args.model, "--timing-cache": args.timing_cache}, args.force)
+    check_distinct({"-o": args.output, "--timing-cache": args.timing_cache})
     announce_once()
     if args.verbose:
         import logging
@@ -234,22 +296,12 @@ def cmd_build(args) -> int:
 
 
 def _add_profile(config, args) -> None:
-    """The profile of ``--min/--opt/--max-shapes``: a shape not given copies one given
-    (min and opt the smallest given, max the largest); messages name only the given ones."""
+    """The profile of ``--min/--opt/--max-shapes``, if any is given."""
     from plugrt.engine import OptimizationProfile
 
-    shapes = {which: parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")}
-    names = set().union(*shapes.values())
-    if not names:
-        return
-    profile = OptimizationProfile()
-    for name in sorted(names):
-        given = [shapes[w].get(name) for w in ("min", "opt", "max")]
-        known = [g for g in given if g is not None]
-        low, opt, high = (g if g is not None else (known[-1] if i == 2 else known[0]) for i, g in enumerate(given))
-        which = tuple(w for w, g in zip(("min", "opt", "max"), given) if g is not None)
-        profile.set_shape(name, low, opt, high, given=which)
-    config.add_optimization_profile(profile)
+    shapes = [parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")]
+    if any(shapes):
+        config.add_optimization_profile(OptimizationProfile.from_given(*shapes))
 
 
 def cmd_run(args) -> int:
@@ -258,9 +310,20 @@ def cmd_run(args) -> int:
     from plugrt.bindings import random_input
     from plugrt.device import announce_once
     from plugrt.engine import Engine
+    from plugrt.onnxruntime_compare import compare_onnxruntime, onnxruntime_session
 
+    check_plan_input(args.plan, "PLAN")
+    if args.inputs:
+        check_input(args.inputs, "--inputs", NPZ,
+                    "save the inputs as named arrays with numpy.savez('inputs.npz', input=array)")
+    if args.compare_onnxruntime:
+        check_model_input(args.compare_onnxruntime, "--compare-onnxruntime")
+    if args.save:
+        check_output(args.save, "--save", NPZ, {"PLAN": args.plan, "--inputs": args.inputs,
+                                                "--compare-onnxruntime": args.compare_onnxruntime}, args.force)
     announce_once()
     engine = Engine.load(args.plan)
+    session = onnxruntime_session(args.compare_onnxruntime, engine) if args.compare_onnxruntime else None
     if args.inputs:
         feeds = _load_npz(args.inputs)
     else:
@@ -278,19 +341,34 @@ def cmd_run(args) -> int:
         print(f"{name}: {value.dtype}{list(value.shape)}")
     if args.save:
         _save_npz(args.save, outputs)
-    if args.compare_onnxruntime:
-        return _compare_onnxruntime(args.compare_onnxruntime, feeds, outputs, args.rtol)
+    if session is not None:
+        return compare_onnxruntime(session, args.compare_onnxruntime, feeds, outputs, args.rtol)
     return 0
 
 
+def _check_timing_cache(path: str, inputs: dict, force: bool) -> None:
+    """``build --timing-cache``: read before the build (missing: empty), written after it."""
+    from plugrt.tuning import TimingCache
+
+    if os.path.lexists(path):
+        check_input(path, "--timing-cache")
+        TimingCache.load(path)  # not a cache, or a damaged one: say so before the build
+    check_output(path, "--timing-cache", TIMING_CACHE, inputs, force)
+
+
+
 def _load_npz(path: str) -> dict:
+    import zipfile
+    import zlib
+
     import numpy as np
 
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
-    except (OSError, ValueError) as exc:
-        raise PlugrtError(f"--inputs {path!r} is not a readable .npz file: {exc}") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        raise PlugrtError(f"--inputs {path!r} is not a readable .npz file ({exc}); save the inputs with "
+                          "numpy.savez('inputs.npz', input=array)") from None
 
 
 def _save_npz(path: str, arrays: dict) -> None:
@@ -304,33 +382,10 @@ def _save_npz(path: str, arrays: dict) -> None:
     write_atomically(path, buffer.getvalue())
 
 
-def _compare_onnxruntime(model: str, feeds: dict, outputs: dict, rtol: float) -> int:
-    import numpy as np
-
-    try:
-        import onnxruntime
-    except ImportError:
-        raise PlugrtError("--compare-onnxruntime needs onnxruntime: pip install onnxruntime") from None
-    try:
-        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise PlugrtError(f"onnxruntime cannot load {model!r}: {exc}") from None
-    names = [o.name for o in session.get_outputs()]
-    expected = dict(zip(names, session.run(None, feeds)))
-    worst = 0.0
-    for name, want in expected.items():
-        got = outputs[name].astype(np.float64)
-        err = float(np.max(np.abs(got - want), initial=0.0) / (np.max(np.abs(want), initial=0.0) + 1e-12))
-        worst = max(worst, err)
-        print(f"{name}: max relative error vs onnxruntime {err:.2e}")
-    ok = worst <= rtol
-    print("match" if ok else f"MISMATCH (tolerance {rtol:g})")
-    return 0 if ok else 1
-
-
 def cmd_inspect(args) -> int:
     from plugrt.engine import Engine
 
+    check_plan_input(args.plan, "PLAN")
     report = Engine.load(args.plan).inspect()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -372,14 +427,16 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_timing_cache_merge(args) -> int:
-    import os
-
     from plugrt.tuning import TimingCache, TimingCacheError
 
+    for path in args.caches:
+        if not os.path.lexists(path):
+            raise TimingCacheError(f"timing cache {path!r} does not exist; name existing cache files")
+        check_input(path, "CACHE")
+    # -o may name one of the caches: the merge holds every timing of each, nothing is lost.
+    check_output(args.output, "-o", TIMING_CACHE, force=args.force)
     merged = TimingCache()
     for path in args.caches:
-        if not os.path.exists(path):
-            raise TimingCacheError(f"timing cache {path!r} does not exist; name existing cache files")
         merged.merge(TimingCache.load(path))
     merged.save(args.output)
     print(f"merged {len(args.caches)} timing caches into {args.output}: {len(merged.entries)} layers, "

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from plugrt.errors import PlugrtError
+from plugrt.files import current_umask
 from plugrt.plugin import POINTWISE
 
 KINDS = ("pointwise", "custom", "tactic")
@@ -187,6 +188,7 @@ def render_plugin(spec: PluginSpec, dest: str | os.PathLike | None = None) -> li
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     context = spec.context()
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0o700 would outlive the rename
     written = []
     try:
         for source in sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TEMPLATE_SUFFIX)):

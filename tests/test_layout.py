@@ -21,11 +21,11 @@ BUILTINS = ROOT / "builtin_ops"
 #: inside a function) only modules of its own layer or a lower one, and the imports among
 #: modules of one layer must not form a cycle. Every core module is named here.
 LAYERS = (
-    ("foundation", ("plugrt", "plugrt.errors", "plugrt.device", "plugrt.files")),
+    ("foundation", ("plugrt", "plugrt.errors", "plugrt.device", "plugrt.files", "plugrt.paths")),
     ("data", ("plugrt.ir", "plugrt.ir.dims", "plugrt.ir.tensor", "plugrt.ir.graph", "plugrt.tactic")),
     ("kernel toolkit", ("plugrt.kernels", "plugrt.launcher", "plugrt.fusion", "plugrt.fusion.codegen")),
     ("plugin contract", ("plugrt.plugin", "plugrt.hookspecs")),
-    ("graph analysis", ("plugrt.ir.infer", "plugrt.ir.validate", "plugrt.ir.specialize", "plugrt.bindings",
+    ("graph analysis", ("plugrt.ir.attributes", "plugrt.ir.infer", "plugrt.ir.validate", "plugrt.ir.specialize", "plugrt.bindings",
                         "plugrt.fusion.op")),
     ("registry", ("plugrt.registry", "plugrt.reference")),
     ("import and passes", ("plugrt.onnx", "plugrt.onnx.checks", "plugrt.onnx.importer", "plugrt.passes",
@@ -33,7 +33,7 @@ LAYERS = (
     ("tuning", ("plugrt.tuning", "plugrt.tuning.*")),
     ("engine", ("plugrt.engine", "plugrt.engine.*")),
     ("tools", ("plugrt.onnx.backend", "plugrt.testing", "plugrt.testing.*", "plugrt.testing_pytest",
-               "plugrt.scaffold", "plugrt.cli", "plugrt.__main__")),
+               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli", "plugrt.__main__")),
 )
 
 #: What a plugin may import from plugrt: the public surface (documented in docs/PLUGIN_API.md).

@@ -375,19 +375,23 @@ def test_cache_round_trip_and_merge(tmp_path):
     assert len(TimingCache.load(str(tmp_path / "missing.json"))) == 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{not json", "unreadable or corrupt"),
-    ('{"format": "something-else"}', "is not a plugrt timing cache"),
-    ('[1, 2]', "is not a plugrt timing cache"),
-    ('{"format": "plugrt-timing-cache", "version": 99, "entries": {}}', "version 99"),
-    ('{"format": "plugrt-timing-cache", "version": 1, "entries": {"L": {"a": "fast"}}}', "malformed"),
+@pytest.mark.parametrize("text, message, fix", [
+    ("{not json", "is not a plugrt timing cache: it is a text file", "name a timing cache file"),
+    ('{"entries": {"L": {"a": 1', "is corrupt", "delete it"),  # a truncated cache
+    ('{"format": "something-else"}', "is not a plugrt timing cache: it is a JSON file", "name a timing cache file"),
+    ('[1, 2]', "is not a plugrt timing cache", "name a timing cache file"),
+    ('{"format": "plugrt-timing-cache", "version": 99, "entries": {}}', "version 99", "delete it"),
+    ('{"format": "plugrt-timing-cache", "version": 1, "entries": {"L": {"a": "fast"}}}', "malformed", "delete it"),
 ])
-def test_a_bad_cache_file_names_the_file_and_the_fix(tmp_path, text, message):
+def test_a_bad_cache_file_names_the_file_and_the_fix(tmp_path, text, message, fix):
+    """Only a file that is (or was) a timing cache is one to delete; anything else is named."""
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(TimingCacheError, match=message) as info:
         TimingCache.load(str(path))
-    assert str(path) in str(info.value) and "delete it" in str(info.value)
+    assert str(path) in str(info.value) and fix in str(info.value)
+    if fix != "delete it":
+        assert "delete" not in str(info.value)
 
 
 def test_verify_tolerances():
@@ -420,13 +424,18 @@ def test_cli_merges_caches(tmp_path, capsys):
 
 def test_cli_corrupt_cache_is_a_clean_error(tmp_path, capsys):
     bad = tmp_path / "bad.json"
-    bad.write_text("\x00garbage")
+    TimingCache({"L1": {"t": 2.0}}).save(str(bad))
+    bad.write_bytes(bad.read_bytes()[:20])  # truncated: a damaged cache, to delete
     model = tmp_path / "m.onnx"
     model.write_bytes(make_model().SerializeToString())
     code = main(["build", str(model), "-o", str(tmp_path / "m.plan"), "--timing-cache", str(bad), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "\nplugrt: error: timing cache" in "\n" + err and str(bad) in err
     assert "Traceback" not in err and "delete it" in err
+    bad.write_text("\x00garbage")  # not a cache: named for what it is, never "delete it"
+    code = main(["build", str(model), "-o", str(tmp_path / "m.plan"), "--timing-cache", str(bad), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a plugrt timing cache: it is binary data" in err and "delete" not in err
 
 
 def test_cli_build_flags_and_inspect_shows_times(tmp_path, capsys, monkeypatch):

@@ -11,13 +11,12 @@ the max shapes by liveness.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
-from plugrt.engine.memory import MAX_ARENA_BYTES, plan_memory
-from plugrt.engine.profile import WHICH, BuilderConfig, OptimizationProfile
+from plugrt.engine.memory import MAX_ARENA_BYTES, liveness, plan_memory, value_shapes
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profile
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
@@ -90,7 +89,7 @@ class Builder:
         log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
                  len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                      shapes={"opt": _shapes(opt_graph), "max": _shapes(max_graph)},
+                      shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
                       passes=[result.as_json() for result in checked.passes])
 
     def check_model(self, model, config: BuilderConfig | None = None, dynamic_dim: int | None = None) -> Checked:
@@ -193,41 +192,6 @@ class Builder:
         return layers
 
 
-def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
-    """The config's profile with static inputs filled in; every dynamic input must be in it."""
-    given = config.profiles[0] if config.profiles else OptimizationProfile()
-    profile = OptimizationProfile()
-    for name in graph.inputs:
-        info = graph.info(name)
-        entry = given.get_shape(name)
-        if entry is None:
-            if not is_static(info.shape):
-                raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
-                                  f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
-                                  f"--max-shapes {name}:...)")
-            profile.set_shape(name, info.shape, info.shape, info.shape)
-            continue
-        named = given.given.get(name, WHICH)
-        for which, shape in zip(WHICH, entry):
-            if which not in named:
-                continue  # a copy of a shape the user gave
-            if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
-                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
-                                  f"model's shape {format_shape(info.shape)}")
-        profile.set_shape(name, *entry, given=named)
-        if name in given.shape_values:
-            values = given.shape_values[name]
-            if len(values) != math.prod(entry[2]) or entry[0] != entry[2]:
-                raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
-                                  f"{len(values)} values")
-            profile.set_shape_values(name, values)
-    unknown = sorted(set(given.shapes) - set(graph.inputs))
-    if unknown:
-        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
-                          f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
-    return profile
-
-
 def _describe(graph: Graph, node) -> str:
     return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
 
@@ -235,31 +199,8 @@ def _describe(graph: Graph, node) -> str:
 def _plan(graph: Graph, layers: list[int]):
     """Arena offsets for graph inputs and the outputs of the device layers (node indices
     of ``graph``, in order), by liveness."""
-    position = {index: i + 1 for i, index in enumerate(layers)}
-    end = len(layers) + 1
-    sizes, lifetimes = {}, {}
-
-    def nbytes(name):
-        info = graph.info(name)
-        return math.prod(int(d) for d in info.shape) * info.dtype.itemsize
-
-    for name in graph.inputs:
-        sizes[name], lifetimes[name] = nbytes(name), [0, 0]
-    for index in layers:
-        for name in graph.nodes[index].outputs:
-            if name:
-                sizes[name] = nbytes(name)
-                lifetimes[name] = [position[index]] * 2
-    for index, node in enumerate(graph.nodes):
-        if index not in position:
-            continue
-        for name in node.inputs:
-            if name in lifetimes:
-                lifetimes[name][1] = max(lifetimes[name][1], position[index])
-    for name in graph.outputs:
-        if name in lifetimes:
-            lifetimes[name][1] = end
-    return plan_memory(sizes, {k: tuple(v) for k, v in lifetimes.items()})
+    sizes, lifetimes = liveness(graph, layers)
+    return plan_memory(sizes, lifetimes)
 
 
 def _check_memory(arena_bytes: int, profile: OptimizationProfile) -> None:
@@ -272,8 +213,3 @@ def _check_memory(arena_bytes: int, profile: OptimizationProfile) -> None:
         maxima = ", ".join(f"{name}: {list(shapes[2])}" for name, shapes in profile.shapes.items())
         raise ShapeError(f"the engine needs {arena_bytes} bytes of activation memory at the profile's max "
                          f"shapes ({maxima}), more than {where}; give smaller max shapes")
-
-
-def _shapes(graph: Graph) -> dict[str, list[int]]:
-    return {name: list(value.info.shape) for name, value in graph.values.items()
-            if value.info is not None and value.const is None}

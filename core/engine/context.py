@@ -88,28 +88,28 @@ class ExecutionContext:
     def _stream(self, stream):
         if stream is None:
             return self.stream
-        if isinstance(stream, int):
+        if isinstance(stream, int) and not isinstance(stream, bool):
             from numba import cuda
 
             return cuda.external_stream(stream)
+        if not hasattr(stream, "synchronize"):
+            raise BindingError(f"stream must be a Numba CUDA stream or a stream handle (int), got "
+                               f"{type(stream).__name__}")
         return stream
 
     def _bind(self, feeds: Mapping[str, object]) -> dict:
-        """Check the feeds; device objects (``__cuda_array_interface__``) stay on the device."""
-        from numba import cuda
-
+        """Check the feeds; device objects (``__cuda_array_interface__``) stay on the device,
+        contiguous (a strided one is made contiguous first, as a strided NumPy array is)."""
+        graph = self.engine.graph
+        if not isinstance(feeds, Mapping):
+            raise BindingError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}; "
+                               f"pass {{{', '.join(f'{n!r}: ...' for n in graph.inputs)}}}")
         bound = {}
         for name, value in feeds.items():
-            if isinstance(value, np.ndarray) or np.isscalar(value) or isinstance(value, (list, tuple)):
-                bound[name] = np.asarray(value)
-            elif hasattr(value, "__cuda_array_interface__"):
-                bound[name] = cuda.as_cuda_array(value)
-            elif hasattr(value, "copy_to_host"):  # a simulator device array
-                bound[name] = value
-            else:
-                raise BindingError(f"input binding {name!r}: expected a NumPy array or a CUDA array "
-                                   f"(__cuda_array_interface__), got {type(value).__name__}")
-        graph = self.engine.graph
+            if not isinstance(name, str):
+                raise BindingError(f"input binding {name!r}: names are str; the inputs are "
+                                   f"{', '.join(map(repr, graph.inputs))}")
+            bound[name] = _as_bindable(name, value)
         check_inputs({name: graph.info(name) for name in graph.inputs}, bound)
         for name in graph.inputs:
             self.engine.profile.check(name, tuple(int(d) for d in bound[name].shape))
@@ -221,6 +221,34 @@ class Specialization:
                 self._own[name] = cuda.device_array(shape, info.dtype)
             return self._own[name]
         return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+
+
+def _as_bindable(name: str, value):
+    """``value`` as a NumPy array or a C-contiguous device array, or a :class:`BindingError`."""
+    from numba import cuda
+
+    if isinstance(value, np.ndarray) or np.isscalar(value) or isinstance(value, (list, tuple)):
+        try:
+            array = np.asarray(value)
+        except ValueError as exc:  # ragged nesting
+            raise BindingError(f"input binding {name!r}: {type(value).__name__} is not an array ({exc}); pass a "
+                               "NumPy array") from None
+        if array.dtype.hasobject or array.dtype.kind not in "biufc":
+            raise BindingError(f"input binding {name!r}: got an array of dtype {array.dtype}, which no model input "
+                               "has; pass a numeric or bool NumPy array")
+        return array
+    if hasattr(value, "__cuda_array_interface__"):
+        try:
+            value = cuda.as_cuda_array(value)
+        except Exception as exc:  # an interface Numba cannot map (bad typestr, strides, pointer)
+            raise BindingError(f"input binding {name!r}: its __cuda_array_interface__ is not usable "
+                               f"({type(exc).__name__}: {exc})") from None
+    if hasattr(value, "copy_to_host") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        if not value.is_c_contiguous():
+            return cuda.to_device(np.ascontiguousarray(value.copy_to_host()))  # strided: made contiguous
+        return value
+    raise BindingError(f"input binding {name!r}: expected a NumPy array or a CUDA array "
+                       f"(__cuda_array_interface__), got {type(value).__name__}")
 
 
 def _host(value) -> np.ndarray:

@@ -30,11 +30,12 @@ from plugrt.device import describe as describe_device
 from plugrt.engine.graph_io import graph_from_json, graph_to_json
 from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_plan
 from plugrt.engine.profile import OptimizationProfile
-from plugrt.errors import PlanError
+from plugrt.engine import plan_checks
+from plugrt.engine.plan_schema import check_header
+from plugrt.errors import PlanError, PlugrtError
 from plugrt.fusion.op import body_nodes, is_fused
 from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
-from plugrt.ir.infer import infer_graph
 
 ENGINE_FORMAT = "plugrt-engine/1"
 
@@ -147,25 +148,36 @@ class Engine:
 
     @classmethod
     def _from_plan(cls, header: dict, arrays: dict, registry, label: str) -> "Engine":
+        """Check the whole header (:mod:`plugrt.engine.plan_schema`, then against the graph
+        and plugins, :mod:`plugrt.engine.plan_checks`) before anything is allocated."""
         if registry is None:
             from plugrt.registry import default_registry
 
             registry = default_registry()
-        if header.get("format") != ENGINE_FORMAT:
-            raise PlanError(f"plan {label} has engine format {header.get('format')!r}; this plugrt reads "
+        if not isinstance(header, dict) or header.get("format") != ENGINE_FORMAT:
+            found = header.get("format") if isinstance(header, dict) else None
+            raise PlanError(f"plan {label} has engine format {found!r}; this plugrt reads "
                             f"{ENGINE_FORMAT!r}: rebuild the plan with plugrt {__version__}")
+        check_header(header, arrays, label)
+        layers = [LayerRecord(**entry) for entry in header["layers"]]
+        memory = header["memory"]
         try:
-            layers = [LayerRecord(**entry) for entry in header["layers"]]
-            memory = header["memory"]
             profile = OptimizationProfile.from_json(header["profiles"][0])
-        except (KeyError, TypeError, IndexError) as exc:
-            raise PlanError(f"plan {label}: malformed header ({type(exc).__name__}: {exc}); rebuild it") from None
+        except PlugrtError as exc:
+            raise PlanError(f"plan {label}: profiles[0]: {exc}; rebuild the plan with plugrt {__version__}") from None
         graph = graph_from_json(header["graph"], arrays, label)
         _check_plugins(graph, layers, registry, label)
-        infer_graph(graph, registry)
-        return cls(graph, profile, layers, {k: int(v) for k, v in memory["offsets"].items()},
-                   int(memory["arena_bytes"]), int(memory["workspace_bytes"]), registry,
-                   header.get("shapes"), header.get("device"), header.get("passes"))
+        plan_checks.check_structure(graph, registry, label)
+        plan_checks.check_attributes(graph, registry, label)
+        plan_checks.infer(graph, registry, label)
+        plan_checks.check_profile(graph, profile, label)
+        opt_graph = plan_checks.concretize_at(graph, profile, 1, registry, label)
+        max_graph = plan_checks.concretize_at(graph, profile, 2, registry, label)
+        plan_checks.check_shapes(header, opt_graph, max_graph, label)
+        workspace = plan_checks.check_layers(layers, registry, opt_graph, max_graph, label)
+        plan_checks.check_memory(header, layers, max_graph, workspace, label)
+        return cls(graph, profile, layers, dict(memory["offsets"]), memory["arena_bytes"],
+                   memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"])
 
     # ------------------------------------------------------------------ inspection
 
@@ -274,6 +286,9 @@ def _plugin_problem(registry, node, plugin, distribution, version, op_version) -
         return (f"{node.describe()} was built with {dist} {version} (op version {op_version}), but "
                 f"{owner.distribution or '(no distribution)'} {owner.version} (op version {op.version}) is "
                 f"installed, and {why}: {install}, or rebuild the plan")
+    if owner.name != plugin:
+        return (f"{node.describe()} was built with plugin {plugin!r}, but plugin {owner.name!r} provides the op "
+                f"here: {install}, or rebuild the plan")
     if owner.version != version:
         log.warning("%s was built with %s %s; running it with %s %s (a patch release, same op version %s)",
                     node.describe(), dist, version, dist, owner.version, op.version)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.errors import PlanError
+from plugrt.errors import PlanError, PlugrtError
 from plugrt.ir.graph import Graph, Node
 from plugrt.ir.tensor import TensorInfo
 
@@ -33,7 +33,8 @@ def graph_to_json(graph: Graph) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def graph_from_json(header: dict, arrays: dict[str, np.ndarray], label: str) -> Graph:
-    """Rebuild the graph a plan stores (without inferring shapes)."""
+    """Rebuild the graph a plan stores (without inferring shapes); the header was checked
+    first (:func:`plugrt.engine.plan_schema.check_header`)."""
     try:
         graph = Graph(header["name"], header["opsets"])
         for name in header["initializers"]:
@@ -48,6 +49,8 @@ def graph_from_json(header: dict, arrays: dict[str, np.ndarray], label: str) -> 
             graph.add_output(name)
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"plan {label}: the network description is malformed ({type(exc).__name__}: {exc}); rebuild it") from None
+    except PlugrtError as exc:  # a value defined twice
+        raise PlanError(f"plan {label}: graph: {exc}; rebuild it") from None
     return graph
 
 

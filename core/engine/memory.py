@@ -8,6 +8,7 @@ planners do and is within a few percent of the lower bound on real networks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -56,6 +57,36 @@ def plan_memory(sizes: Mapping[str, int], lifetimes: Mapping[str, tuple[int, int
     return MemoryPlan(offsets, dict(sizes), arena, _peak(sizes, lifetimes, alignment))
 
 
+def liveness(graph, layer_nodes: list[int]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """Bytes and lifetime of each arena tensor (graph inputs, device-layer outputs) of a
+    graph with concrete shapes, given the node index of each device layer in order."""
+    position = {index: i + 1 for i, index in enumerate(layer_nodes)}
+    end = len(layer_nodes) + 1
+    sizes, lifetimes = {}, {}
+
+    def nbytes(name):
+        info = graph.info(name)
+        return math.prod(int(d) for d in info.shape) * info.dtype.itemsize
+
+    for name in graph.inputs:
+        sizes[name], lifetimes[name] = nbytes(name), [0, 0]
+    for index in layer_nodes:
+        for name in graph.nodes[index].outputs:
+            if name:
+                sizes[name] = nbytes(name)
+                lifetimes[name] = [position[index]] * 2
+    for index, node in enumerate(graph.nodes):
+        if index not in position:
+            continue
+        for name in node.inputs:
+            if name in lifetimes:
+                lifetimes[name][1] = max(lifetimes[name][1], position[index])
+    for name in graph.outputs:
+        if name in lifetimes:
+            lifetimes[name][1] = end
+    return sizes, {k: tuple(v) for k, v in lifetimes.items()}
+
+
 def _best_gap(busy: list[tuple[int, int]], size: int) -> int:
     """The smallest free gap that fits ``size`` between busy intervals, else the top."""
     best, best_slack, cursor = None, None, 0
@@ -73,3 +104,9 @@ def _peak(sizes, lifetimes, alignment) -> int:
         live = sum(align(max(int(sizes[n]), 1), alignment) for n, (f, l) in lifetimes.items() if f <= t <= l)
         peak = max(peak, live)
     return peak
+
+
+def value_shapes(graph) -> dict[str, list[int]]:
+    """Each non-constant value's shape, as plans record them (``shapes.opt``, ``shapes.max``)."""
+    return {name: list(value.info.shape) for name, value in graph.values.items()
+            if value.info is not None and value.const is None}

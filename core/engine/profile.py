@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from plugrt.errors import BindingError, PlugrtError, ShapeError
-from plugrt.ir.dims import shape_problem
+from plugrt.ir.dims import format_shape, is_static, shape_problem
+
+if TYPE_CHECKING:
+    from plugrt.ir.graph import Graph
 
 WHICH = ("min", "opt", "max")
 
@@ -63,6 +68,20 @@ class OptimizationProfile:
         if given != WHICH:
             self.given[name] = given
         return self
+
+    @classmethod
+    def from_given(cls, min: dict, opt: dict, max: dict) -> "OptimizationProfile":
+        """A profile from per-input shapes where some of min/opt/max may be missing (the
+        CLI's flags): one not given copies one given (min and opt the smallest given, max
+        the largest); messages name only the given ones."""
+        profile = cls()
+        for name in sorted(set(min) | set(opt) | set(max)):
+            given = [shapes.get(name) for shapes in (min, opt, max)]
+            known = [shape for shape in given if shape is not None]
+            low, mid, high = (g if g is not None else (known[-1] if i == 2 else known[0]) for i, g in enumerate(given))
+            which = tuple(w for w, g in zip(WHICH, given) if g is not None)
+            profile.set_shape(name, low, mid, high, given=which)
+        return profile
 
     def get_shape(self, name: str):
         return self.shapes.get(name)
@@ -122,3 +141,38 @@ class BuilderConfig:
             raise PlugrtError("this plugrt supports one optimization profile per engine")
         self.profiles.append(profile)
         return len(self.profiles) - 1
+
+
+def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
+    """The config's profile with static inputs filled in; every dynamic input must be in it."""
+    given = config.profiles[0] if config.profiles else OptimizationProfile()
+    profile = OptimizationProfile()
+    for name in graph.inputs:
+        info = graph.info(name)
+        entry = given.get_shape(name)
+        if entry is None:
+            if not is_static(info.shape):
+                raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
+                                  f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
+                                  f"--max-shapes {name}:...)")
+            profile.set_shape(name, info.shape, info.shape, info.shape)
+            continue
+        named = given.given.get(name, WHICH)
+        for which, shape in zip(WHICH, entry):
+            if which not in named:
+                continue  # a copy of a shape the user gave
+            if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
+                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
+                                  f"model's shape {format_shape(info.shape)}")
+        profile.set_shape(name, *entry, given=named)
+        if name in given.shape_values:
+            values = given.shape_values[name]
+            if len(values) != math.prod(entry[2]) or entry[0] != entry[2]:
+                raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
+                                  f"{len(values)} values")
+            profile.set_shape_values(name, values)
+    unknown = sorted(set(given.shapes) - set(graph.inputs))
+    if unknown:
+        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
+                          f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
+    return profile

@@ -48,7 +48,7 @@ def check_name(text, what: str, empty_ok: bool = True) -> str:
     return text
 
 
-def check_names(texts: Iterable, what: str) -> tuple[str, ...]:
+def check_value_names(texts: Iterable, what: str) -> tuple[str, ...]:
     return tuple(check_name(text, f"{what} {i}") for i, text in enumerate(texts))
 
 

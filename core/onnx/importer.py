@@ -15,12 +15,13 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from plugrt.errors import ModelError, PlugrtError, UnsupportedError
+from plugrt.ir.attributes import check_names, missing_required, wrong_kind
 from plugrt.ir.dims import shape_problem
 from plugrt.ir.graph import Graph, Node, Value
 from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
-from plugrt.onnx.checks import check_name, check_names, printable, topological_order
+from plugrt.onnx.checks import check_name, check_value_names, printable, topological_order
 from plugrt.plugin import OpPlugin
 
 _ATTRIBUTE_KINDS = {
@@ -149,8 +150,8 @@ def _node(proto: onnx.NodeProto, index: int, opsets: dict[str, int]) -> Node:
         name=name,
         op_type=proto.op_type,
         domain=domain,
-        inputs=check_names(proto.input, f"node {name!r}: input"),
-        outputs=check_names(proto.output, f"node {name!r}: output"),
+        inputs=check_value_names(proto.input, f"node {name!r}: input"),
+        outputs=check_value_names(proto.output, f"node {name!r}: output"),
         opset=opsets[domain],
         origin=(name,),
     )
@@ -178,24 +179,17 @@ def _attributes(proto: onnx.NodeProto, node: Node, op: OpPlugin) -> dict[str, An
         check_name(attr.name, f"{node.describe()}: attribute", empty_ok=False)
         if attr.name in attrs:
             raise ModelError(f"{node.describe()}: attribute {attr.name!r} is given twice")
-        spec = declared.get(attr.name)
-        if spec is None:
-            raise UnsupportedError(
-                f"{node.describe()}: attribute {attr.name!r} is not known to plugin {type(op).__name__}; "
-                f"it accepts {sorted(declared) or 'no attributes'}"
-            )
+        check_names(node, op, [attr.name])
+        spec = declared[attr.name]
         if attr.ref_attr_name:
             raise ModelError(f"{node.describe()}: attribute {attr.name!r} refers to a function attribute; inline the function first")
         kind = _ATTRIBUTE_KINDS.get(attr.type, "undefined")
         if kind != spec.kind:
-            raise ModelError(f"{node.describe()}: attribute {attr.name!r} must be of type {spec.kind}, got {kind}")
+            raise wrong_kind(node, attr.name, spec.kind, kind)
         attrs[attr.name] = _attribute_value(attr, node)
+    missing_required(node, op, attrs)
     for name, spec in declared.items():
-        if name in attrs:
-            continue
-        if spec.required:
-            raise ModelError(f"{node.describe()}: required attribute {name!r} is missing")
-        attrs[name] = spec.default
+        attrs.setdefault(name, spec.default)
     return attrs
 
 

@@ -31,8 +31,9 @@ import numpy as np
 from plugrt.errors import PlugrtError
 from plugrt.files import write_atomically
 from plugrt.fusion.op import is_fused
+from plugrt.paths import TIMING_CACHE_FORMAT, file_kind, looks_like_timing_cache, with_article
 
-CACHE_FORMAT = "plugrt-timing-cache"
+CACHE_FORMAT = TIMING_CACHE_FORMAT
 CACHE_VERSION = 1
 #: Constant inputs with at most this many elements enter the key with their values.
 SMALL_CONSTANT = 64
@@ -174,18 +175,27 @@ class TimingCache:
     def load(cls, path: str) -> "TimingCache":
         """Read ``path``; a missing file is an empty cache.
 
-        :raises TimingCacheError: the file is unreadable, corrupt or not a timing cache.
+        :raises TimingCacheError: the file is unreadable, corrupt or not a timing cache. Only
+            a file that looks like a timing cache is called one to delete: anything else
+            (a model, a plan) is named for what it seems to be.
         """
         if not os.path.exists(path):
             return cls()
+        if os.path.isdir(path):
+            raise TimingCacheError(f"timing cache {path!r} is a folder; name a timing cache file")
         fix = "delete it and the next build with this --timing-cache writes a new one"
         try:
             with open(path, "rb") as f:
                 data = json.loads(f.read().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TimingCacheError(f"timing cache {path!r} is unreadable or corrupt ({exc}); {fix}") from None
+        except OSError as exc:
+            raise TimingCacheError(f"timing cache {path!r} cannot be read ({exc.strerror or exc}); check its "
+                                   "permissions") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            if looks_like_timing_cache(path):
+                raise TimingCacheError(f"timing cache {path!r} is corrupt ({exc}); {fix}") from None
+            raise _not_a_cache(path) from None
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
-            raise TimingCacheError(f"{path!r} is not a plugrt timing cache; {fix}")
+            raise _not_a_cache(path)
         if data.get("version") != CACHE_VERSION:
             raise TimingCacheError(f"timing cache {path!r} has version {data.get('version')!r}; this plugrt "
                                    f"reads version {CACHE_VERSION}: {fix}")
@@ -194,6 +204,15 @@ class TimingCache:
             raise TimingCacheError(f"timing cache {path!r} has malformed entries; {fix}")
         return cls({layer: {tactic: (FAILED if ms is None else float(ms)) for tactic, ms in times.items()}
                     for layer, times in entries.items()})
+
+
+def _not_a_cache(path: str) -> TimingCacheError:
+    try:
+        kind = with_article(file_kind(path))
+    except OSError:
+        kind = "unreadable"
+    return TimingCacheError(f"{path!r} is not a plugrt timing cache: it is {kind}; name a timing cache file "
+                            "(a new file name starts an empty cache)")
 
 
 def _valid_times(times) -> bool:
