@@ -166,8 +166,11 @@ def test_cli_build_inspect_run_compare(plugin_dir, tmp_path):
     report = json.loads(run("inspect", str(plan), "--json").stdout)
     assert report["profile"]["x"] == {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}
     result = run("run", str(plan), "--save", str(tmp_path / "out.npz"), "--compare-onnxruntime", str(model_path))
-    # onnxruntime does not know com.example::ScaleShift: a clean user error, not a traceback
+    # onnxruntime does not know com.example::ScaleShift: a clean user error, not a traceback, and
+    # before anything runs or is written
     assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert not (tmp_path / "out.npz").exists()
+    assert run("run", str(plan), "--save", str(tmp_path / "out.npz")).returncode == 0
     assert np.load(tmp_path / "out.npz")["y"].shape == (6,)
     bad = run("build", str(model_path), "-o", str(plan), "--max-shapes", "x:2by3")
     assert bad.returncode == 2 and "NAME:DxDx" in bad.stderr
