@@ -11,6 +11,10 @@ goes on, so one run reports every failing case::
     failures = run_cases("fuzz_targets:load_plan", [b"...", ...])
     assert not failures, failures[:5]
 
+The memory limit is the worker's resident size, watched from outside (on a GPU an
+address-space limit would stop the CUDA driver, which maps far more than it uses); in the
+simulator the worker also limits its address space, so a runaway allocation fails fast.
+
 The target may also return a string: a problem that is not an exception (a plan that
 loaded though its header is inconsistent, a context that gave a wrong answer after a bad
 feed); that fails the case too.
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 
 #: Seconds one case may take before it counts as a hang.
 CASE_TIMEOUT = 30.0
-#: The worker's address-space limit: a case that needs more fails as "memory".
+#: The worker's memory limit (resident bytes): a case that needs more fails as "memory".
 MEMORY_LIMIT = 6 << 30
 
 _LENGTH = struct.Struct("<Q")
@@ -47,6 +51,7 @@ class Failure:
 
 class _Worker:
     def __init__(self, target: str, memory: int):
+        self.memory = memory
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         here = os.path.dirname(os.path.abspath(__file__))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
@@ -65,14 +70,24 @@ class _Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "hang"
-            readable, _, _ = select.select([self.proc.stdout], [], [], left)
+            readable, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.2))
             if not readable:
-                return "hang"
+                if self._resident() > self.memory:
+                    return "memory"
+                continue
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:
                 return "died"
             buffer += chunk
         return json.loads(buffer.decode())
+
+    def _resident(self) -> int:
+        """The worker's resident set size in bytes (0 when it cannot be read)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def run(self, payload: bytes, timeout: float):
         try:
@@ -102,7 +117,7 @@ def run_cases(target: str, cases, timeout: float = CASE_TIMEOUT, memory: int = M
                 continue
             code = worker.proc.poll()
             worker.close()
-            kind = "hang" if answer == "hang" else "crash"
+            kind = answer if answer in ("hang", "memory") else "crash"
             failures.append(Failure(index, kind, f"worker {answer} (exit {code})"))
             worker = _Worker(target, memory)
     finally:
@@ -115,7 +130,10 @@ def _serve(target: str, memory: int) -> None:
     import resource
     import traceback
 
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    from plugrt.device import simulated
+
+    if simulated():  # on a GPU the driver's address-space reservations rule this out
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     module, _, name = target.partition(":")
     function = getattr(importlib.import_module(module), name)
     from plugrt import PlugrtError
