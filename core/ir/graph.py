@@ -9,6 +9,7 @@ names, resolved attributes. A :class:`Value` is a named tensor with its
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -128,23 +129,10 @@ class Graph:
         return {v.name: v.const for v in self.values.values() if v.const is not None}
 
     def toposort(self) -> None:
-        """Reorder nodes so each comes after the producers of its inputs (stable)."""
-        available = set(self.inputs) | {v.name for v in self.values.values() if v.is_const}
-        pending = list(self.nodes)
-        ordered: list[Node] = []
-        while pending:
-            progress = []
-            for node in pending:
-                if all((not i) or i in available for i in node.inputs):
-                    progress.append(node)
-                    available.update(o for o in node.outputs if o)
-            if not progress:
-                stuck = ", ".join(repr(n.name) for n in pending[:5])
-                raise ModelError(f"graph {self.name!r} has a cycle or unproduced inputs at nodes {stuck}")
-            ordered.extend(progress)
-            done = {id(n) for n in progress}
-            pending = [n for n in pending if id(n) not in done]
-        self.nodes = ordered
+        """Reorder nodes so each comes after the producers of its inputs (stable; see
+        :func:`topological_order`)."""
+        defined = set(self.inputs) | {v.name for v in self.values.values() if v.is_const}
+        self.nodes = topological_order(self.nodes, defined)
 
     def copy(self) -> "Graph":
         other = Graph(self.name, self.opsets)
@@ -160,3 +148,68 @@ class Graph:
 
     def __iter__(self) -> Iterable[Node]:
         return iter(self.nodes)
+
+
+def topological_order(nodes: list[Node], defined: set[str]) -> list[Node]:
+    """``nodes`` sorted so each comes after the producers of its inputs, stable (among nodes
+    ready at the same time, the file's order wins).
+
+    :param defined: values available before any node runs (graph inputs, initializers).
+    :raises ModelError: for an output produced twice, an input nothing produces, or a cycle.
+    """
+    producer: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.outputs:
+            if not name:
+                continue
+            if name in defined:
+                raise ModelError(f"{node.describe()}: output {name!r} is already a graph input or initializer; "
+                                 "rename one of them")
+            if name in producer:
+                raise ModelError(f"{node.describe()}: output {name!r} is already produced by "
+                                 f"{nodes[producer[name]].describe()}; each value has one producer")
+            producer[name] = index
+    waiting = []  # per node, how many of its producer nodes have not run yet
+    users: dict[int, list[int]] = {}
+    for index, node in enumerate(nodes):
+        sources = set()
+        for name in node.inputs:
+            if not name or name in defined:
+                continue
+            if name not in producer:
+                raise ModelError(f"node {node.name!r} reads value {name!r}, which no node, input or "
+                                 "initializer produces; add the initializer or graph input it needs")
+            sources.add(producer[name])
+        waiting.append(len(sources))
+        for source in sources:
+            users.setdefault(source, []).append(index)
+    ready = [index for index, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for user in users.get(index, ()):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) < len(nodes):
+        raise ModelError(_describe_cycle(nodes, producer, defined, set(order)))
+    return [nodes[index] for index in order]
+
+
+def _describe_cycle(nodes: list[Node], producer: dict[str, int], defined: set[str], done: set[int]) -> str:
+    """Walk back from a node that never became ready until a node repeats: a cycle."""
+    start = next(index for index in range(len(nodes)) if index not in done)
+    path, seen = [start], {start: 0}
+    while True:
+        node = nodes[path[-1]]
+        back = next(producer[n] for n in node.inputs if n and n not in defined and producer[n] not in done)
+        if back in seen:
+            cycle = path[seen[back]:] + [back]
+            break
+        seen[back] = len(path)
+        path.append(back)
+    cycle.reverse()  # walked against the data flow
+    route = " -> ".join(f"node {nodes[index].name!r}" for index in cycle)
+    return f"the graph has a cycle through {route}; ONNX graphs must be acyclic (a wrong input name?)"

@@ -17,11 +17,11 @@ from onnx import numpy_helper
 from plugrt.errors import ModelError, PlugrtError, UnsupportedError
 from plugrt.ir.attributes import check_names, missing_required, wrong_kind
 from plugrt.ir.dims import shape_problem
-from plugrt.ir.graph import Graph, Node, Value
+from plugrt.ir.graph import Graph, Node, Value, topological_order
 from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
-from plugrt.onnx.checks import check_name, check_value_names, printable, topological_order
+from plugrt.onnx.checks import check_name, check_value_names, printable
 from plugrt.plugin import OpPlugin
 
 _ATTRIBUTE_KINDS = {
