@@ -84,7 +84,36 @@ def optional(inputs: Sequence, index: int):
     return inputs[index] if index < len(inputs) else None
 
 
-class OpPlugin:
+def canonical_domain(domain: str) -> str:
+    """``""`` for the default ONNX domain however it is spelled (``""`` or ``"ai.onnx"``)."""
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+class OpIdentity:
+    """Which nodes a plugin object serves: ``domain::op_type`` at opsets ``since_opset`` to
+    ``until_opset`` (inclusive, ``None`` for open), and its own ``version``. Shared by op
+    plugins and tactic providers."""
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+    since_opset: ClassVar[int] = 1
+    until_opset: ClassVar[int | None] = None
+    version: ClassVar[str] = "1.0"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.op_type)
+
+    def supports_opset(self, opset: int) -> bool:
+        return self.since_opset <= opset and (self.until_opset is None or opset <= self.until_opset)
+
+    def serves(self, domain: str, op_type: str, opset: int) -> bool:
+        """Whether nodes of ``domain::op_type`` at ``opset`` are this object's."""
+        return (canonical_domain(self.domain) == canonical_domain(domain) and self.op_type == op_type
+                and self.supports_opset(opset))
+
+
+class OpPlugin(OpIdentity):
     """Base class of every op plugin. Subclass it, set the class attributes, implement
     :meth:`infer` and :meth:`reference`, and return an instance from ``plugrt_ops``.
 
@@ -107,11 +136,6 @@ class OpPlugin:
     and epilogues), ``ANCHOR`` (its :meth:`tactics` accept an ``epilogue``).
     """
 
-    op_type: ClassVar[str] = ""
-    domain: ClassVar[str] = ""
-    since_opset: ClassVar[int] = 1
-    until_opset: ClassVar[int | None] = None
-    version: ClassVar[str] = "1.0"
     attributes: ClassVar[tuple[Attr, ...]] = ()
     inputs: ClassVar[tuple[int, int]] = (1, 1)
     outputs: ClassVar[tuple[int, int]] = (1, 1)
@@ -121,13 +145,6 @@ class OpPlugin:
     commutative: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- identity
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.domain, self.op_type)
-
-    def supports_opset(self, opset: int) -> bool:
-        return self.since_opset <= opset and (self.until_opset is None or opset <= self.until_opset)
 
     def __repr__(self) -> str:
         until = self.until_opset if self.until_opset is not None else ""
@@ -338,7 +355,7 @@ class GraphPass:
 
 
 
-class TacticProvider:
+class TacticProvider(OpIdentity):
     """Tactics for an op that another plugin owns, returned from a ``plugrt_tactics`` hook.
 
     The owner keeps the op (inference, reference, attributes); a provider only adds ways
@@ -358,30 +375,14 @@ class TacticProvider:
     of the provider's own).
     """
 
-    op_type: ClassVar[str] = ""
-    domain: ClassVar[str] = ""
-    since_opset: ClassVar[int] = 1
-    until_opset: ClassVar[int | None] = None
-    version: ClassVar[str] = "1.0"
     tactic_names: ClassVar[tuple[str, ...]] = ()
     registry: Any = None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.domain, self.op_type)
 
     def owner(self, node: "Node") -> OpPlugin:
         """The op plugin that owns ``node`` in the registry this provider serves."""
         if self.registry is None:
             raise UnsupportedError(f"{self!r} is not registered in a plugrt registry, so it has no owner op")
         return self.registry.op(node)
-
-    def serves(self, domain: str, op_type: str, opset: int) -> bool:
-        """Whether this provider has tactics for nodes of ``domain::op_type`` at ``opset``."""
-        default = ("", "ai.onnx")
-        same_domain = self.domain == domain or (self.domain in default and domain in default)
-        return same_domain and self.op_type == op_type and self.since_opset <= opset and (
-            self.until_opset is None or opset <= self.until_opset)
 
     def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
                 epilogue=None) -> list:
@@ -406,6 +407,7 @@ __all__ = [
     # the data it speaks in
     "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "dims",
     # constants
-    "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "PASS_STAGES", "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
+    "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "PASS_STAGES",
+    "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
     "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES", "ALL_DTYPES",
 ]

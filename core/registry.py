@@ -29,7 +29,7 @@ import pluggy
 from plugrt import API_VERSION, __version__, hookspecs
 from plugrt.errors import PluginError, UnsupportedError
 from plugrt.fusion.op import FusionPlugin
-from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin, TacticProvider
+from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin, TacticProvider, canonical_domain
 
 log = logging.getLogger("plugrt.registry")
 
@@ -251,9 +251,9 @@ class Registry:
             if isinstance(names, str) or not names or not all(isinstance(n, str) and n for n in names) \
                     or len(set(names)) != len(names):
                 raise PluginError(f"{label}: tactic_names must be a non-empty tuple of distinct names, got {names!r}")
-            if (_canonical(provider.domain), provider.op_type) in seen:
+            if (canonical_domain(provider.domain), provider.op_type) in seen:
                 raise PluginError(f"{label}: the plugin has two providers for this op; offer every tactic from one")
-            seen.add((_canonical(provider.domain), provider.op_type))
+            seen.add((canonical_domain(provider.domain), provider.op_type))
             provider.registry = self
 
     def _index_ops(self, record: PluginRecord) -> None:
@@ -279,7 +279,7 @@ class Registry:
 
     def find_op(self, domain: str, op_type: str, opset: int) -> OpPlugin | None:
         """The op plugin for this node identity, or ``None``."""
-        for op, _owner in self._ops.get((_canonical(domain), op_type), []):
+        for op, _owner in self._ops.get((canonical_domain(domain), op_type), []):
             if op.supports_opset(opset):
                 return op
         return None
@@ -301,7 +301,7 @@ class Registry:
         return [op for entries in self._ops.values() for op, _ in entries]
 
     def op_types(self, domain: str = "") -> set[str]:
-        return {op.op_type for op in self.ops() if op.domain == _canonical(domain)}
+        return {op.op_type for op in self.ops() if op.domain == canonical_domain(domain)}
 
     def providers(self, node) -> list[tuple[PluginRecord, TacticProvider]]:
         """The contributed tactic providers that serve ``node``, by plugin name."""
@@ -375,10 +375,6 @@ def _label(distribution: str | None, version: str | None) -> str:
     if distribution is None:
         return "no distribution"
     return f"{distribution} {version}" if version else distribution
-
-
-def _canonical(domain: str) -> str:
-    return "" if domain in ("", "ai.onnx") else domain
 
 
 def _overlap(a: OpPlugin, b: OpPlugin) -> bool:

@@ -137,8 +137,8 @@ def check_registry(spec: PluginSpec, registry) -> PluginSpec:
     owner = registry.owner(op)
     if POINTWISE not in op.groups or op.inputs[0] != 1 or np.dtype(np.float32) not in op.dtypes:
         raise PlugrtError(f"--kind tactic: op {spec.qualified_op} (plugin {owner.name!r}) is not a one-input pointwise "
-                          "op on float32, which the template's placeholder kernel needs; pick such an op (Relu, "
-                          "Sigmoid, Tanh, ...) and write the kernel for yours from there")
+                          "op on float32, which the template's placeholder kernel needs; pick such an op (plugrt "
+                          "plugins lists the ops) and write the kernel for yours from there")
     opset = op.since_opset if spec.domain else max(17, op.since_opset)
     if op.until_opset is not None:
         opset = min(opset, op.until_opset)

@@ -22,7 +22,7 @@ from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
 from plugrt.onnx.checks import check_name, check_value_names, printable
-from plugrt.plugin import OpPlugin
+from plugrt.plugin import OpPlugin, canonical_domain
 
 _ATTRIBUTE_KINDS = {
     onnx.AttributeProto.FLOAT: "float",
@@ -99,7 +99,7 @@ def _graph_inputs(model: onnx.ModelProto) -> Graph:
     opsets = {}
     for entry in model.opset_import:
         domain = check_name(entry.domain, "opset_import domain")
-        opsets["" if domain == "ai.onnx" else domain] = int(entry.version)
+        opsets[canonical_domain(domain)] = int(entry.version)
     if not opsets:
         raise ModelError("the model imports no opset (opset_import is empty)")
     proto = model.graph
@@ -143,7 +143,7 @@ def _node(proto: onnx.NodeProto, index: int, opsets: dict[str, int]) -> Node:
     op_type = check_name(proto.op_type, f"the op type of node {index}", empty_ok=False)
     name = check_name(proto.name, f"the name of node {index} ({op_type})") or f"{op_type}_{index}"
     domain = check_name(proto.domain, f"node {name!r}: domain")
-    domain = "" if domain == "ai.onnx" else domain
+    domain = canonical_domain(domain)
     if domain not in opsets:
         raise ModelError(f"node {name!r} ({proto.op_type}) uses domain {domain or 'ai.onnx'!r}, which the model does not import")
     return Node(

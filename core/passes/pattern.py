@@ -28,6 +28,7 @@ import numpy as np
 
 from plugrt.errors import PlugrtError
 from plugrt.ir.graph import Graph, Node, origin_of
+from plugrt.plugin import canonical_domain
 from plugrt.passes import rewrite
 
 @dataclass(frozen=True)
@@ -109,10 +110,6 @@ def reduce_axes(graph: Graph, node: Node, rank: int) -> tuple[int, ...] | None:
     return tuple(sorted({a % rank for a in raw}))
 
 
-def _domain(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
-
-
 @dataclass
 class Match:
     """What a pattern matched: the root, its nodes (root first) and the captured values."""
@@ -185,7 +182,8 @@ class Matcher:
                 yield nodes, values
             return
         node = self.producers.get(value)
-        if node is None or node.op_type != pattern.op or _domain(node.domain) != _domain(pattern.domain):
+        if node is None or node.op_type != pattern.op or \
+                canonical_domain(node.domain) != canonical_domain(pattern.domain):
             return
         if len(node.inputs) != len(pattern.inputs):
             return
