@@ -29,7 +29,7 @@ import pluggy
 from plugrt import API_VERSION, __version__, hookspecs
 from plugrt.errors import PluginError, UnsupportedError
 from plugrt.fusion.op import FusionPlugin
-from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpPlugin, TacticProvider, canonical_domain
+from plugrt.plugin import ATTRIBUTE_KINDS, GraphPass, OpIdentity, OpPlugin, TacticProvider, canonical_domain
 
 log = logging.getLogger("plugrt.registry")
 
@@ -87,7 +87,7 @@ class LoadFailure:
     error: str
 
 
-def op_json(op: OpPlugin) -> dict:
+def op_json(op: OpIdentity) -> dict:
     return {
         "domain": op.domain,
         "op_type": op.op_type,
@@ -98,14 +98,7 @@ def op_json(op: OpPlugin) -> dict:
 
 
 def provider_json(provider: TacticProvider) -> dict:
-    return {
-        "domain": provider.domain,
-        "op_type": provider.op_type,
-        "since_opset": provider.since_opset,
-        "until_opset": provider.until_opset,
-        "version": provider.version,
-        "tactic_names": list(provider.tactic_names),
-    }
+    return {**op_json(provider), "tactic_names": list(provider.tactic_names)}
 
 
 class Registry:
