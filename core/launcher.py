@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 
 import numpy as np
 
@@ -20,6 +21,10 @@ from plugrt.device import simulated
 from plugrt.tactic import Launch
 
 log = logging.getLogger("plugrt.engine")
+
+#: Numba's simulator is not thread-safe (two threads' kernels share the fake ``cuda``
+#: module's thread indices): simulated launches run one at a time.
+_SIMULATOR_LOCK = threading.RLock()
 
 _CTYPES_BY_NAME = {
     "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
@@ -36,17 +41,26 @@ def _dim3(value) -> tuple[int, int, int]:
 
 
 class PreparedLaunch:
-    """One launch, ready to replay on a stream."""
+    """One launch, ready to replay on a stream.
 
-    def __init__(self, launch: Launch):
+    ``key`` names the kernel's code for the kernel cache and plan files
+    (:func:`plugrt.binaries.function`); without one the kernel is compiled by Numba.
+    """
+
+    def __init__(self, launch: Launch, key: str | None = None):
         self.launch = launch
+        self.key = key
         self.grid = _dim3(launch.grid)
         self.block = _dim3(launch.block)
         self._raw = None
         if not simulated():
             try:
-                self._raw = _RawLaunch(launch, self.grid, self.block)
+                self._raw = _RawLaunch(launch, self.grid, self.block, key)
             except Exception as exc:  # an unusual argument type: the dispatcher still works
+                from plugrt.errors import PlugrtError
+
+                if isinstance(exc, PlugrtError):
+                    raise
                 log.warning("kernel %s: raw launch unavailable (%s); using Numba's dispatcher",
                             getattr(launch.kernel, "__name__", launch.kernel), exc)
 
@@ -55,32 +69,54 @@ class PreparedLaunch:
             self._raw(stream)
             return
         launch = self.launch
+        if simulated():
+            with _SIMULATOR_LOCK:
+                launch.kernel[self.grid, self.block, stream, launch.shared_bytes](*launch.args)
+            return
         launch.kernel[self.grid, self.block, stream, launch.shared_bytes](*launch.args)
 
     @property
     def raw(self) -> bool:
         return self._raw is not None
 
+    # ------------------------------------------------------------------ graphs and rebinding
+    # (raw launches only: a CUDA graph's kernel node copies these; rebinding rewrites one
+    # pointer of the packed parameters in place)
+
+    def pointers(self) -> list[tuple[int, int]]:
+        """``(slot, address)`` of every array data pointer among the packed parameters."""
+        return list(self._raw.pointer_slots) if self._raw is not None else []
+
+    def set_pointer(self, slot: int, address: int) -> None:
+        """Point parameter ``slot`` (from :meth:`pointers`) at ``address``."""
+        self._raw.values[slot].value = address
+
+    def node_params(self):
+        """A ``CUDA_KERNEL_NODE_PARAMS`` for this launch (its parameter buffer, live)."""
+        return self._raw.node_params()
+
 
 class _RawLaunch:
     """``cuLaunchKernel`` with a parameter buffer packed once."""
 
-    def __init__(self, launch: Launch, grid, block):
+    def __init__(self, launch: Launch, grid, block, key: str | None):
         from cuda.bindings import driver as drv
+
+        from plugrt import binaries
 
         kernel = launch.kernel
         argtypes = tuple(kernel.typeof_pyval(a) for a in launch.args)
-        compiled = kernel.compile(argtypes)
-        cufunc = compiled._codelibrary.get_cufunc()
-        err, function = drv.cuKernelGetFunction(cufunc.handle)
-        _check(err, "cuKernelGetFunction")
+        function = binaries.function(kernel, argtypes, key)
         if launch.shared_bytes > 48 * 1024:
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(drv.cuFuncSetAttribute(function, attr, int(launch.shared_bytes))[0], "cuFuncSetAttribute")
         values: list = []
-        for ty, arg in zip(compiled.argument_types, launch.args):
-            _pack(ty, arg, values)
-        self._keep = (launch, values)
+        pointer_slots: list = []
+        for ty, arg in zip(argtypes, launch.args):
+            _pack(ty, arg, values, pointer_slots)
+        self.values = values
+        self.pointer_slots = pointer_slots
+        self._keep = launch
         self._params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         self._params_address = ctypes.addressof(self._params)
         self._function = function
@@ -96,20 +132,33 @@ class _RawLaunch:
         if err != self._drv.CUresult.CUDA_SUCCESS:
             _check(err, "cuLaunchKernel")
 
+    def node_params(self):
+        params = self._drv.CUDA_KERNEL_NODE_PARAMS()
+        params.func = self._function
+        params.gridDimX, params.gridDimY, params.gridDimZ = self._grid
+        params.blockDimX, params.blockDimY, params.blockDimZ = self._block
+        params.sharedMemBytes = self._shared
+        params.kernelParams = self._params_address
+        return params
 
-def _pack(ty, arg, values: list) -> None:
-    """Append ``arg``'s kernel parameters the way Numba lays them out (tuples flattened)."""
+
+def _pack(ty, arg, values: list, pointer_slots: list) -> None:
+    """Append ``arg``'s kernel parameters the way Numba lays them out (tuples flattened);
+    note in ``pointer_slots`` where each array's data pointer went."""
     from numba import types
 
     if isinstance(ty, types.Array):
         cai = arg.__cuda_array_interface__
+        address = cai["data"][0] or 0
         values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(int(arg.size)),
-                   ctypes.c_int64(int(arg.dtype.itemsize)), ctypes.c_void_p(cai["data"][0] or 0)]
+                   ctypes.c_int64(int(arg.dtype.itemsize))]
+        pointer_slots.append((len(values), address))
+        values.append(ctypes.c_void_p(address))
         values += [ctypes.c_int64(int(s)) for s in arg.shape]
         values += [ctypes.c_int64(int(s)) for s in arg.strides]
     elif isinstance(ty, types.BaseTuple):
         for item_type, item in zip(ty, arg):
-            _pack(item_type, item, values)
+            _pack(item_type, item, values, pointer_slots)
     elif str(ty) in _CTYPES_BY_NAME:
         values.append(_CTYPES_BY_NAME[str(ty)](arg.item() if hasattr(arg, "item") else arg))
     elif str(ty) == "float16":

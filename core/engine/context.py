@@ -18,16 +18,18 @@ import numpy as np
 from plugrt.bindings import check_inputs
 from plugrt.launcher import PreparedLaunch
 from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.tuning.kernel_keys import layer_key
 from plugrt.errors import BindingError, PlugrtError
 
 
 class ExecutionContext:
     """Runs an engine; not thread-safe (use one context per thread or stream)."""
 
-    def __init__(self, engine, stream=None):
+    def __init__(self, engine, stream=None, use_cuda_graph: bool = True):
         from numba import cuda
 
         self.engine = engine
+        self.use_cuda_graph = use_cuda_graph
         self.stream = stream if stream is not None else cuda.stream()
         self.arena = cuda.device_array(max(engine.arena_bytes, 1), np.uint8)
         self.workspace = cuda.device_array(engine.workspace_bytes, np.uint8) if engine.workspace_bytes else None
@@ -70,6 +72,14 @@ class ExecutionContext:
 
     def _run(self, feeds: Mapping[str, object], stream) -> "Specialization":
         """Check and copy in the inputs, then enqueue the launches; outputs stay in the arena."""
+        spec = self.copy_inputs(feeds, stream)
+        spec.enqueue(stream)
+        return spec
+
+    def copy_inputs(self, feeds: Mapping[str, object], stream=None) -> "Specialization":
+        """Check ``feeds``, choose the specialization for their shapes and enqueue the input
+        copies on ``stream`` (the first step of :meth:`execute_async`)."""
+        stream = self._stream(stream)
         feeds = self._bind(feeds)
         values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
         spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
@@ -78,8 +88,24 @@ class ExecutionContext:
             if view.size:
                 view.copy_to_device(np.ascontiguousarray(source) if isinstance(source, np.ndarray) else source,
                                     stream=stream)
-        spec.enqueue(stream)
         return spec
+
+    def output_arrays(self) -> dict:
+        """The current specialization's outputs where the context keeps them: device arrays
+        (NumPy arrays for outputs known on the host), overwritten by the next run."""
+        return {name: value for name, (kind, value) in self.current.outputs.items()}
+
+    def close(self) -> None:
+        """Release the context's device memory."""
+        self._specs.clear()
+        self.current = None
+        self.arena = self.workspace = None
+
+    def __enter__(self) -> "ExecutionContext":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def enqueue(self, stream=None) -> None:
         """Replay the current specialization's launches on inputs already in place."""
@@ -153,7 +179,9 @@ class Specialization:
             tactic = _find_tactic(engine.registry, node, graph, layer.tactic)
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
-                launches = [PreparedLaunch(launch) for launch in tactic.launches(ins, outs, workspace)]
+                key = layer_key(engine.registry, node, graph, tactic)
+                launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
+                            for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
             except PlugrtError:
                 raise
             except Exception as exc:

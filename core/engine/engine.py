@@ -104,10 +104,12 @@ class Engine:
                              for name, array in self.graph.initializers().items() if array.size}
         return self._weights
 
-    def create_execution_context(self, stream=None):
+    def create_execution_context(self, stream=None, use_cuda_graph: bool = True):
+        """A context that runs this engine on ``stream`` (a new one by default); CUDA graphs
+        replay its launches unless ``use_cuda_graph`` is false."""
         from plugrt.engine.context import ExecutionContext
 
-        return ExecutionContext(self, stream)
+        return ExecutionContext(self, stream, use_cuda_graph)
 
     # ------------------------------------------------------------------ plan files
 
