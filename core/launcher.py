@@ -167,11 +167,27 @@ def _pack(ty, arg, values: list, pointer_slots: list) -> None:
         raise TypeError(f"argument type {ty} is not supported by raw launches")
 
 
-def _stream_handle(stream) -> int:
-    if stream is None or stream == 0:
-        return 0
-    handle = getattr(stream, "handle", stream)
-    return int(getattr(handle, "value", handle) or 0)
+def stream_handle(stream) -> int:
+    """The ``CUstream`` address of a stream: a Numba stream, a CuPy or PyTorch stream, a
+    cuda.core stream (``__cuda_stream__``), a raw handle (``int``), or ``None``/``0`` for
+    the legacy default stream. Anything else raises ``TypeError``."""
+    if stream is None or isinstance(stream, int) and not isinstance(stream, bool):
+        return int(stream or 0)
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if callable(protocol):
+        return int(protocol()[1])
+    for attribute in ("handle", "ptr", "cuda_stream"):  # Numba, CuPy, PyTorch
+        handle = getattr(stream, attribute, None)
+        if handle is not None:
+            handle = getattr(handle, "value", handle)  # a ctypes c_void_p
+            try:
+                return int(handle or 0)
+            except (TypeError, ValueError):
+                break
+    raise TypeError(f"{type(stream).__name__} is not a CUDA stream")
+
+
+_stream_handle = stream_handle
 
 
 def _check(err, what: str) -> None:

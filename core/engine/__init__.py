@@ -2,6 +2,7 @@
 
 from plugrt.engine.builder import Builder
 from plugrt.engine.engine import Engine
+from plugrt.engine.pool import ContextPool
 from plugrt.engine.profile import BuilderConfig, OptimizationProfile
 
-__all__ = ["Builder", "BuilderConfig", "Engine", "OptimizationProfile"]
+__all__ = ["Builder", "BuilderConfig", "ContextPool", "Engine", "OptimizationProfile"]

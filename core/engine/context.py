@@ -1,40 +1,66 @@
 """Execution contexts: an engine's activation arena and workspace, bound to a stream.
 
 A context specializes the engine for each set of input shapes it sees (within the
-profile): it infers concrete shapes (shape computations run on the host there), binds
-every tensor to a view into the arena, asks each layer's tactic for its launches and
-prebuilds them (:mod:`plugrt.launcher`). ``execute`` then copies the inputs in,
-replays the launches and copies the outputs out. Several contexts of one engine share
-its weights and run concurrently on their own streams.
+profile; :mod:`plugrt.engine.specialization`) and keeps the most recent ones. A run copies
+host inputs in through pinned staging buffers (or, for device inputs, points the kernels
+at the caller's memory), replays the launches (as a CUDA graph from the second run of a
+shape on) and leaves the outputs in the context's output buffers, or in the caller's.
+
+Streams: ``execute_async`` enqueues everything on the caller's stream (a Numba, CuPy,
+PyTorch or cuda.core stream, or a raw handle) and never synchronizes the device; a run on
+another stream than the last one waits for the last one on the device. Threads: a
+context runs one request at a time, and using it from two threads at once is an error;
+use one context per thread (:class:`plugrt.engine.pool.ContextPool`). Several contexts of
+one engine share its weights and run concurrently.
 """
 
 from __future__ import annotations
 
-import time
+import logging
+import threading
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
 
 from plugrt.bindings import check_inputs
-from plugrt.launcher import PreparedLaunch
-from plugrt.ir.specialize import concretize, is_host_node
-from plugrt.tuning.kernel_keys import layer_key
+from plugrt.device import simulated
+from plugrt.engine.specialization import Specialization, find_tactic  # noqa: F401 (find_tactic: re-export)
+from plugrt.engine.staging import HostStaging
 from plugrt.errors import BindingError, PlugrtError
+from plugrt.launcher import stream_handle
+
+log = logging.getLogger("plugrt.engine")
+
+#: CUDA graphs a context keeps (one per input shape) before it drops the least recently used.
+MAX_GRAPHS = 16
+#: Specializations (input shapes) a context keeps.
+MAX_SPECIALIZATIONS = 64
 
 
 class ExecutionContext:
-    """Runs an engine; not thread-safe (use one context per thread or stream)."""
+    """Runs an engine on a stream; one request at a time (see the module doc)."""
 
-    def __init__(self, engine, stream=None, use_cuda_graph: bool = True):
+    def __init__(self, engine, stream=None, use_cuda_graph: bool = True, max_graphs: int = MAX_GRAPHS):
         from numba import cuda
 
         self.engine = engine
-        self.use_cuda_graph = use_cuda_graph
-        self.stream = stream if stream is not None else cuda.stream()
+        self.use_cuda_graph = bool(use_cuda_graph) and not simulated()
+        self.max_graphs = max(int(max_graphs), 1)
+        self._external: dict[int, object] = {}
+        self.stream = self._stream(stream) if stream is not None else cuda.stream()
+        self._busy = threading.Lock()
+        self._closed = False
         self.arena = cuda.device_array(max(engine.arena_bytes, 1), np.uint8)
         self.workspace = cuda.device_array(engine.workspace_bytes, np.uint8) if engine.workspace_bytes else None
         self.weights = engine.device_weights()
-        self._specs: dict[tuple, Specialization] = {}
+        self._io: dict[str, object] = {}
+        self._staging = HostStaging()
+        self._capture_stream = None
+        self._last_stream: int | None = None
+        self._done = cuda.event()
+        self._warned_graphs = False
+        self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self.current: Specialization | None = None
         opt = {name: entry[1] for name, entry in engine.profile.shapes.items()}
         self.current = self._specialization(opt, engine.profile.shape_values)
@@ -47,59 +73,143 @@ class ExecutionContext:
             outputs = self.execute_async(feeds, self.stream)
             self.stream.synchronize()
             return outputs
-        spec = self._run(feeds, self.stream)
-        self.stream.synchronize()
-        return {name: np.array(value) if kind == "host" else value.copy_to_host()
-                for name, (kind, value) in spec.outputs.items()}
+        with self._using():
+            spec = self._copy_inputs(feeds, self.stream)
+            spec.run(self.stream, self)
+            pending = {}
+            for name, (kind, value) in spec.outputs.items():
+                pending[name] = np.array(value) if kind == "host" else self._staging.download(name, value, self.stream)
+            self._done.record(self.stream)
+            self.stream.synchronize()
+            return {name: np.array(value) for name, value in pending.items()}
 
-    def execute_async(self, feeds: Mapping[str, object], stream=None) -> dict:
-        """Enqueue a run on ``stream``; return fresh device arrays for the outputs
-        (NumPy arrays for outputs known on the host), valid once the stream is done."""
+    def execute_async(self, feeds: Mapping[str, object], stream=None, outputs: Mapping[str, object] | None = None) -> dict:
+        """Enqueue a run on ``stream``; never synchronizes the device.
+
+        ``outputs`` may give device arrays (of the output's shape and dtype) to write
+        outputs into: they are returned as they are. The other outputs come back as fresh
+        device arrays (NumPy arrays for outputs known on the host). All are valid once the
+        stream has done the run.
+        """
         from numba import cuda
 
         stream = self._stream(stream)
-        spec = self._run(feeds, stream)
-        results = {}
-        for name, (kind, value) in spec.outputs.items():
-            if kind == "host":
-                results[name] = np.array(value)
-                continue
-            out = cuda.device_array(value.shape, value.dtype, stream=stream)
-            if value.size:
-                out.copy_to_device(value, stream=stream)
-            results[name] = out
-        return results
+        with self._using():
+            spec = self._copy_inputs(feeds, stream, outputs or {})
+            given = spec.given_outputs
+            spec.run(stream, self)
+            results = {}
+            for name, (kind, value) in spec.outputs.items():
+                target = given.get(name)
+                if kind == "host":
+                    if target is not None:
+                        target.copy_to_device(np.ascontiguousarray(value, target.dtype), stream=stream)
+                    results[name] = target if target is not None else np.array(value)
+                elif target is not None:
+                    if spec.bound.get(name) != _address(target) and value.size:
+                        target.copy_to_device(value, stream=stream)
+                    results[name] = target
+                else:
+                    out = cuda.device_array(value.shape, value.dtype, stream=stream)
+                    if value.size:
+                        out.copy_to_device(value, stream=stream)
+                    results[name] = out
+            self._done.record(stream)
+            return results
 
-    def _run(self, feeds: Mapping[str, object], stream) -> "Specialization":
-        """Check and copy in the inputs, then enqueue the launches; outputs stay in the arena."""
-        spec = self.copy_inputs(feeds, stream)
-        spec.enqueue(stream)
-        return spec
-
-    def copy_inputs(self, feeds: Mapping[str, object], stream=None) -> "Specialization":
+    def copy_inputs(self, feeds: Mapping[str, object], stream=None) -> Specialization:
         """Check ``feeds``, choose the specialization for their shapes and enqueue the input
-        copies on ``stream`` (the first step of :meth:`execute_async`)."""
+        copies (or bind device inputs in place) on ``stream``: the first step of a run."""
         stream = self._stream(stream)
-        feeds = self._bind(feeds)
-        values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
-        spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
-        for name, view in spec.input_views.items():
-            source = feeds[name]
-            if view.size:
-                view.copy_to_device(np.ascontiguousarray(source) if isinstance(source, np.ndarray) else source,
-                                    stream=stream)
-        return spec
+        with self._using():
+            return self._copy_inputs(feeds, stream)
+
+    def enqueue(self, stream=None) -> None:
+        """Replay the current specialization (inputs already in place) on ``stream``."""
+        stream = self._stream(stream)
+        with self._using():
+            self.current.run(stream, self)
+            self._done.record(stream)
 
     def output_arrays(self) -> dict:
         """The current specialization's outputs where the context keeps them: device arrays
         (NumPy arrays for outputs known on the host), overwritten by the next run."""
         return {name: value for name, (kind, value) in self.current.outputs.items()}
 
+    def _copy_inputs(self, feeds: Mapping[str, object], stream, outputs: Mapping[str, object] = {}) -> Specialization:
+        feeds = self._bind(feeds)
+        values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
+        spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
+        self._order_after_last_run(stream)
+        for name, view in spec.input_views.items():
+            source = feeds[name]
+            if spec.can_bind(name, source):
+                spec.bind(name, source)
+                continue
+            if name in spec.slots:
+                spec.bind(name, None)
+            if not view.size:
+                continue
+            if isinstance(source, np.ndarray):
+                self._staging.upload(name, source, view, stream)
+            else:
+                view.copy_to_device(source, stream=stream)
+        spec.given_outputs = self._bind_outputs(spec, outputs)
+        return spec
+
+    def _bind_outputs(self, spec: Specialization, outputs: Mapping[str, object]) -> dict:
+        if not isinstance(outputs, Mapping):
+            raise BindingError(f"outputs must be a mapping of output name to device array, got {type(outputs).__name__}")
+        given = {}
+        for name, array in outputs.items():
+            if name not in spec.outputs:
+                raise BindingError(f"output binding {name!r}: the model has no such output; its outputs are "
+                                   f"{', '.join(map(repr, spec.outputs))}")
+            array = _as_device(name, array)
+            kind, value = spec.outputs[name]
+            shape = tuple(int(d) for d in np.shape(value))
+            if tuple(array.shape) != shape or np.dtype(array.dtype) != np.dtype(value.dtype):
+                raise BindingError(f"output binding {name!r}: expected a device array of {np.dtype(value.dtype)}"
+                                   f"{list(shape)}, got {np.dtype(array.dtype)}{list(array.shape)}")
+            given[name] = array
+        for name in spec.slots:
+            if name in spec.outputs and name not in spec.input_views:
+                target = given.get(name)
+                spec.bind(name, target if target is not None and spec.can_bind(name, target) else None)
+        return given
+
+    def _order_after_last_run(self, stream) -> None:
+        """A run on another stream than the last waits for the last one, on the device."""
+        handle = stream_handle(stream) if not simulated() else id(stream)
+        if self._last_stream is not None and handle != self._last_stream:
+            self._done.wait(stream)
+        self._last_stream = handle
+
+    # ------------------------------------------------------------------ threads and lifetime
+
+    def _using(self):
+        if self._closed:
+            raise PlugrtError("this execution context is closed; create another with "
+                              "engine.create_execution_context()")
+        if not self._busy.acquire(blocking=False):
+            raise PlugrtError("this execution context is running a request on another thread; a context runs one "
+                              "request at a time: give each thread its own context (plugrt.engine.ContextPool)")
+        return _Release(self._busy)
+
     def close(self) -> None:
-        """Release the context's device memory."""
-        self._specs.clear()
+        """Release the context's graphs and device memory (the engine's weights stay)."""
+        if self._closed:
+            return
+        with self._using():
+            for spec in self._specs.values():
+                spec.close()
+            self._specs.clear()
+            self._closed = True
         self.current = None
         self.arena = self.workspace = None
+        self._io.clear()
+        self._staging.close()
+        self._capture_stream = None
 
     def __enter__(self) -> "ExecutionContext":
         return self
@@ -107,21 +217,68 @@ class ExecutionContext:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def enqueue(self, stream=None) -> None:
-        """Replay the current specialization's launches on inputs already in place."""
-        self.current.enqueue(self._stream(stream))
+    # ------------------------------------------------------------------ buffers, streams, graphs
+
+    def io_view(self, name: str, info):
+        """A view of binding ``name``'s own buffer (grown when a shape needs more)."""
+        from numba import cuda
+
+        shape = tuple(int(d) for d in info.shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * info.dtype.itemsize
+        buffer = self._io.get(name)
+        if buffer is None or buffer.size < nbytes:
+            planned = self.engine.shapes.get("max", {}).get(name)
+            largest = int(np.prod(planned, dtype=np.int64)) * info.dtype.itemsize if planned is not None else 0
+            buffer = self._io[name] = cuda.device_array(max(nbytes, largest, 1), np.uint8)
+        return buffer[:nbytes].view(info.dtype).reshape(shape)
+
+    def capture_stream_handle(self) -> int:
+        from numba import cuda
+
+        if self._capture_stream is None:
+            self._capture_stream = cuda.stream()
+        return stream_handle(self._capture_stream)
+
+    def make_room_for_graph(self, spec: Specialization) -> None:
+        """Drop the least recently used graphs so that ``spec``'s fits in the bound."""
+        with_graphs = [s for s in self._specs.values() if s.cuda_graph is not None and s is not spec]
+        while len(with_graphs) >= self.max_graphs:
+            if not self._warned_graphs:
+                self._warned_graphs = True
+                log.warning("execution context: more than %d input shapes have CUDA graphs; dropping the least "
+                            "recently used (pad inputs to fewer shapes, raise max_graphs, or pass "
+                            "use_cuda_graph=False)", self.max_graphs)
+            with_graphs.pop(0).drop_graph()
 
     def _stream(self, stream):
+        """The caller's stream as one Numba can enqueue copies on."""
+        from numba import cuda
+
         if stream is None:
             return self.stream
-        if isinstance(stream, int) and not isinstance(stream, bool):
-            from numba import cuda
+        if simulated():
+            if hasattr(stream, "synchronize") and not isinstance(stream, (str, bytes)):
+                return stream
+            if isinstance(stream, int) and not isinstance(stream, bool):
+                return cuda.stream()  # the simulator runs everything in order anyway
+            raise BindingError(f"stream must be a CUDA stream or a stream handle (int), got {type(stream).__name__}")
+        if type(stream).__module__.startswith("numba"):
+            return stream
+        try:
+            handle = stream_handle(stream)
+        except TypeError:
+            raise BindingError(f"stream must be a CUDA stream (Numba, CuPy, PyTorch, cuda.core) or a stream handle "
+                               f"(int), got {type(stream).__name__}") from None
+        if not handle:
+            return cuda.default_stream()
+        external = self._external.get(handle)
+        if external is None:
+            if len(self._external) > 64:
+                self._external.clear()
+            external = self._external[handle] = cuda.external_stream(handle)
+        return external
 
-            return cuda.external_stream(stream)
-        if not hasattr(stream, "synchronize"):
-            raise BindingError(f"stream must be a Numba CUDA stream or a stream handle (int), got "
-                               f"{type(stream).__name__}")
-        return stream
+    # ------------------------------------------------------------------ feeds and specializations
 
     def _bind(self, feeds: Mapping[str, object]) -> dict:
         """Check the feeds; device objects (``__cuda_array_interface__``) stay on the device,
@@ -141,114 +298,32 @@ class ExecutionContext:
             self.engine.profile.check(name, tuple(int(d) for d in bound[name].shape))
         return bound
 
-    # ------------------------------------------------------------------ specializations
-
-    def _specialization(self, shapes: Mapping[str, tuple], values: Mapping[str, object]) -> "Specialization":
+    def _specialization(self, shapes: Mapping[str, tuple], values: Mapping[str, object]) -> Specialization:
         key = tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
-        key += tuple((name, np.asarray(values[name]).tobytes()) for name in sorted(values))
+        if values:
+            key += tuple((name, np.asarray(values[name]).tobytes()) for name in sorted(values))
         spec = self._specs.get(key)
         if spec is None:
             spec = Specialization(self, dict(shapes), values)
             self._specs[key] = spec
+            while len(self._specs) > MAX_SPECIALIZATIONS:
+                _, oldest = self._specs.popitem(last=False)
+                oldest.close()
+        else:
+            self._specs.move_to_end(key)
         self.current = spec
         return spec
 
 
-class Specialization:
-    """The engine bound to one set of input shapes: tensor views and prebuilt launches."""
+class _Release:
+    def __init__(self, lock):
+        self._lock = lock
 
-    def __init__(self, context: ExecutionContext, shapes: dict, values: Mapping[str, object]):
-        from numba import cuda
+    def __enter__(self):
+        return self
 
-        engine = context.engine
-        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values)
-        self._uploads: dict = {}
-        self._own: dict = {}
-        self.input_views = {name: self._view(context, name) for name in graph.inputs}
-        self.launches: list[PreparedLaunch] = []
-        self.layer_launches: list[tuple[str, int, int]] = []
-        started = time.perf_counter()
-        for layer in engine.layers:
-            node = graph.nodes[layer.node_index]
-            if is_host_node(graph, node):
-                continue
-            ins = [self._tensor(context, name) if name else None for name in node.inputs]
-            outs = [self._view(context, name) if name else None for name in node.outputs]
-            if all(o is None or o.size == 0 for o in outs):
-                continue
-            tactic = _find_tactic(engine.registry, node, graph, layer.tactic)
-            workspace = self._workspace(context, tactic.workspace_bytes, node.name)
-            try:
-                key = layer_key(engine.registry, node, graph, tactic)
-                launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
-                            for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
-            except PlugrtError:
-                raise
-            except Exception as exc:
-                raise PlugrtError(f"{node.describe()}: tactic {tactic.name!r} of plugin {layer.plugin!r} failed "
-                                  f"to prepare its launches: {type(exc).__name__}: {exc}") from exc
-            self.layer_launches.append((node.name, len(self.launches), len(self.launches) + len(launches)))
-            self.launches.extend(launches)
-        self.prepare_seconds = time.perf_counter() - started
-        self.outputs = {}
-        for name in graph.outputs:
-            info = graph.info(name)
-            if info.value is not None and name not in graph.inputs:
-                self.outputs[name] = ("host", info.value)
-            else:
-                self.outputs[name] = ("device", self._tensor(context, name))
-
-    def enqueue(self, stream) -> None:
-        for launch in self.launches:
-            launch(stream)
-
-    # ------------------------------------------------------------------ binding tensors
-
-    def _tensor(self, context: ExecutionContext, name: str):
-        """The device array holding ``name``: a weight, an uploaded host value, or a view."""
-        value = self.graph.values[name]
-        if value.const is not None:
-            weight = context.weights.get(name)
-            return weight if weight is not None else self._upload(name, value.const)
-        if value.info.value is not None and name not in self.graph.inputs:
-            return self._upload(name, value.info.value)
-        return self._view(context, name)
-
-    def _workspace(self, context: ExecutionContext, nbytes: int, layer: str):
-        """The context's workspace cut to ``nbytes``; an own one if this shape needs more."""
-        from numba import cuda
-
-        if not nbytes:
-            return None
-        if context.workspace is not None and context.workspace.size >= nbytes:
-            return context.workspace[:nbytes]
-        key = f"workspace/{layer}"
-        if key not in self._own:
-            self._own[key] = cuda.device_array(nbytes, np.uint8)
-        return self._own[key]
-
-    def _upload(self, name: str, array: np.ndarray):
-        from numba import cuda
-
-        if name not in self._uploads:
-            self._uploads[name] = cuda.to_device(np.ascontiguousarray(array))
-        return self._uploads[name]
-
-    def _view(self, context: ExecutionContext, name: str):
-        """A view into the arena at the planned offset, or an own allocation."""
-        from numba import cuda
-
-        info = self.graph.info(name)
-        shape = tuple(int(d) for d in info.shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * info.dtype.itemsize
-        offset = context.engine.offsets.get(name)
-        planned = context.engine.shapes.get("max", {}).get(name)
-        fits = planned is not None and nbytes <= int(np.prod(planned, dtype=np.int64)) * info.dtype.itemsize
-        if offset is None or nbytes == 0 or not fits:
-            if name not in self._own:
-                self._own[name] = cuda.device_array(shape, info.dtype)
-            return self._own[name]
-        return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+    def __exit__(self, *exc):
+        self._lock.release()
 
 
 def _as_bindable(name: str, value):
@@ -279,38 +354,48 @@ def _as_bindable(name: str, value):
                        f"(__cuda_array_interface__), got {type(value).__name__}")
 
 
+def _as_device(name: str, value):
+    """An output buffer the caller gave: a C-contiguous device array, or a BindingError."""
+    from numba import cuda
+
+    if hasattr(value, "__cuda_array_interface__") and not hasattr(value, "copy_to_host"):
+        try:
+            value = cuda.as_cuda_array(value)
+        except Exception as exc:
+            raise BindingError(f"output binding {name!r}: its __cuda_array_interface__ is not usable "
+                               f"({type(exc).__name__}: {exc})") from None
+    if not (hasattr(value, "copy_to_host") and hasattr(value, "is_c_contiguous")):
+        raise BindingError(f"output binding {name!r}: expected a device array (__cuda_array_interface__), got "
+                           f"{type(value).__name__}")
+    if not value.is_c_contiguous():
+        raise BindingError(f"output binding {name!r}: the device array must be C-contiguous")
+    return value
+
+
+def _address(array) -> int:
+    interface = getattr(array, "__cuda_array_interface__", None)
+    return int(interface["data"][0] or 0) if interface is not None else id(array)
+
+
 def _host(value) -> np.ndarray:
     """A shape-tensor input's values on the host."""
     return value if isinstance(value, np.ndarray) else value.copy_to_host()
 
 
-def _find_tactic(registry, node, graph, identity: dict):
-    """The tactic a plan recorded (the owner's, or the contributing plugin's it names), made
-    again for these concrete shapes."""
-    op = registry.op(node)
-    ins = [graph.info(name) if name else None for name in node.inputs]
-    outs = [graph.info(name) for name in node.outputs if name]
-    offered = registry.tactics(op, node, ins, outs)
-    tactics = [t for t in offered if t.provider == identity.get("provider")] or offered
-    named = [t for t in tactics if t.name == identity["name"]]
-    exact = [t for t in named if dict(t.params) == identity["params"]]
-    chosen = (exact or named or tactics or [None])[0]
-    if chosen is None:
-        raise PlugrtError(f"{node.describe()}: plugin {type(op).__name__} offers no CUDA tactic for these shapes")
-    return chosen
-
-
 def host_seconds_per_launch(context: ExecutionContext, repeats: int = 200) -> float:
-    """Host time to enqueue one prebuilt launch of the current specialization."""
+    """Host time to enqueue one prebuilt launch of the current specialization (directly)."""
     spec = context.current
     if not spec.launches:
         return 0.0
+    import time
+
     started = time.perf_counter()
     for _ in range(repeats):
-        spec.enqueue(context.stream)
+        for launch in spec.launches:
+            launch(context.stream)
     elapsed = time.perf_counter() - started
     context.stream.synchronize()
     return elapsed / (repeats * len(spec.launches))
 
 
-__all__ = ["ExecutionContext", "Specialization", "host_seconds_per_launch"]
+__all__ = ["ExecutionContext", "Specialization", "host_seconds_per_launch", "MAX_GRAPHS"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -80,6 +81,7 @@ class Engine:
         #: What each graph pass did at build time (``PassResult.as_json``).
         self.passes = passes or []
         self._weights = None
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ bindings
 
@@ -97,19 +99,33 @@ class Engine:
 
     def device_weights(self) -> dict:
         """The initializers on the GPU, uploaded once and shared by every context."""
-        if self._weights is None:
-            from numba import cuda
+        with self._lock:
+            if self._weights is None:
+                from numba import cuda
 
-            self._weights = {name: cuda.to_device(np.ascontiguousarray(array))
-                             for name, array in self.graph.initializers().items() if array.size}
-        return self._weights
+                self._weights = {name: cuda.to_device(np.ascontiguousarray(array))
+                                 for name, array in self.graph.initializers().items() if array.size}
+            return self._weights
 
-    def create_execution_context(self, stream=None, use_cuda_graph: bool = True):
-        """A context that runs this engine on ``stream`` (a new one by default); CUDA graphs
-        replay its launches unless ``use_cuda_graph`` is false."""
-        from plugrt.engine.context import ExecutionContext
+    def close(self) -> None:
+        """Drop the engine's device weights (contexts made before keep theirs alive until
+        they close; a context made after uploads them again)."""
+        with self._lock:
+            self._weights = None
 
-        return ExecutionContext(self, stream, use_cuda_graph)
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def create_execution_context(self, stream=None, use_cuda_graph: bool = True, max_graphs: int | None = None):
+        """A context that runs this engine on ``stream`` (a new one by default). From the
+        second run of an input shape on, its launches replay as one CUDA graph unless
+        ``use_cuda_graph`` is false; it keeps ``max_graphs`` graphs (16 by default)."""
+        from plugrt.engine.context import MAX_GRAPHS, ExecutionContext
+
+        return ExecutionContext(self, stream, use_cuda_graph, MAX_GRAPHS if max_graphs is None else max_graphs)
 
     # ------------------------------------------------------------------ plan files
 

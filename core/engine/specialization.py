@@ -1,0 +1,247 @@
+"""A specialization: an engine bound to one set of input shapes in one context.
+
+It holds the concrete graph (shape computations done on the host), a device array per
+tensor (a view into the context's arena, a weight, an uploaded host value, or one of the
+context's input/output buffers), and every layer's launches, prepared once
+(:mod:`plugrt.launcher`). :meth:`Specialization.run` replays them: directly the first
+time, then as one CUDA graph (:mod:`plugrt.engine.graphs`) when the context allows.
+
+Bindings. Graph inputs and outputs live in buffers of their own (never shared with
+another tensor), so every kernel parameter that points into one is known
+(:attr:`slots`). :meth:`bind` moves an input or output to the caller's memory by rewriting
+those parameters, in the prepared launches and in the captured graph's nodes, instead of
+copying the data or capturing again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+import numpy as np
+
+from plugrt.device import simulated
+from plugrt.engine.graphs import capture
+from plugrt.errors import PlugrtError
+from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.launcher import PreparedLaunch, stream_handle
+from plugrt.tuning.kernel_keys import layer_key
+
+#: A caller's buffer is bound in place only at this alignment (what cudaMalloc gives, and
+#: what the context's own buffers have; tactics may have chosen vector widths for it).
+BIND_ALIGNMENT = 256
+
+
+class Specialization:
+    """The engine bound to one set of input shapes: tensor arrays and prepared launches."""
+
+    def __init__(self, context, shapes: dict, values: Mapping[str, object]):
+        engine = context.engine
+        self.label = ", ".join(f"{name}{list(shape)}" for name, shape in shapes.items()) or "no inputs"
+        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values)
+        self._uploads: dict = {}
+        self._own: dict = {}
+        self.io = {name: context.io_view(name, graph.info(name)) for name in _bindable(graph)}
+        self.input_views = {name: self._view(context, name) for name in graph.inputs}
+        self.launches: list[PreparedLaunch] = []
+        self.layer_launches: list[tuple[str, int, int]] = []
+        started = time.perf_counter()
+        for layer in engine.layers:
+            node = graph.nodes[layer.node_index]
+            if is_host_node(graph, node):
+                continue
+            ins = [self._tensor(context, name) if name else None for name in node.inputs]
+            outs = [self._view(context, name) if name else None for name in node.outputs]
+            if all(o is None or o.size == 0 for o in outs):
+                continue
+            tactic = find_tactic(engine.registry, node, graph, layer.tactic)
+            workspace = self._workspace(context, tactic.workspace_bytes, node.name)
+            try:
+                key = layer_key(engine.registry, node, graph, tactic)
+                launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
+                            for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
+            except PlugrtError:
+                raise
+            except Exception as exc:
+                raise PlugrtError(f"{node.describe()}: tactic {tactic.name!r} of plugin {layer.plugin!r} failed "
+                                  f"to prepare its launches: {type(exc).__name__}: {exc}") from exc
+            self.layer_launches.append((node.name, len(self.launches), len(self.launches) + len(launches)))
+            self.launches.extend(launches)
+        self.prepare_seconds = time.perf_counter() - started
+        self.outputs = {}
+        for name in graph.outputs:
+            info = graph.info(name)
+            if info.value is not None and name not in graph.inputs:
+                self.outputs[name] = ("host", info.value)
+            else:
+                self.outputs[name] = ("device", self._tensor(context, name))
+        #: Raw launches only (on a GPU): what graphs and in-place binding need.
+        self.raw = bool(self.launches) and all(launch.raw for launch in self.launches)
+        self.slots = self._binding_slots() if self.raw else {}
+        self.bound = {name: _address(view) for name, view in self.io.items()} if self.raw else {}
+        #: Output buffers the caller gave for the run being enqueued.
+        self.given_outputs: dict = {}
+        self._holding: dict = {}
+        self.runs = 0
+        self.cuda_graph = None
+        self._graph_failed = False
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, stream, context) -> None:
+        """Enqueue the launches on ``stream``: as a CUDA graph from the second run on, when
+        the context uses graphs and capture works; directly otherwise."""
+        self.runs += 1
+        if self.cuda_graph is None and self.runs > 1 and context.use_cuda_graph and self.raw \
+                and not self._graph_failed:
+            context.make_room_for_graph(self)
+            self.cuda_graph = capture(self.launches, context.capture_stream_handle(), f"shapes {self.label}")
+            self._graph_failed = self.cuda_graph is None
+        if self.cuda_graph is not None:
+            self.cuda_graph.launch(stream_handle(stream))
+            return
+        for launch in self.launches:
+            launch(stream)
+
+    def drop_graph(self) -> None:
+        if self.cuda_graph is not None:
+            self.cuda_graph.close()
+            self.cuda_graph = None
+
+    def close(self) -> None:
+        self.drop_graph()
+        self.launches = []
+        self._uploads.clear()
+        self._own.clear()
+        self._holding.clear()
+
+    # ------------------------------------------------------------------ bindings
+
+    def can_bind(self, name: str, array) -> bool:
+        """Whether ``array`` (a C-contiguous device array) can stand in for binding ``name``."""
+        if name not in self.slots or not hasattr(array, "__cuda_array_interface__"):
+            return False
+        return _address(array) % BIND_ALIGNMENT == 0 and array.size > 0
+
+    def bind(self, name: str, array=None) -> None:
+        """Point binding ``name`` at ``array`` (``None``: back at the context's own buffer)."""
+        address = _address(self.io[name] if array is None else array)
+        if self.bound[name] == address:
+            return
+        graph = self.cuda_graph
+        patched = set()
+        for index, slot, offset in self.slots[name]:
+            self.launches[index].set_pointer(slot, address + offset)
+            patched.add(index)
+        if graph is not None:
+            if graph.patchable:
+                for index in sorted(patched):
+                    graph.patch(index, self.launches[index])
+            else:
+                self.drop_graph()  # captured again at the next run
+        self.bound[name] = address
+        if array is None:
+            self._holding.pop(name, None)
+        else:
+            self._holding[name] = array  # alive while the launches point at it
+
+    def _binding_slots(self) -> dict[str, list[tuple[int, int, int]]]:
+        """For each input and output buffer: ``(launch, parameter slot, byte offset)`` of
+        every kernel parameter pointing into it."""
+        ranges = [(name, _address(view), int(view.size) * view.dtype.itemsize) for name, view in self.io.items()]
+        slots: dict[str, list] = {name: [] for name, _, size in ranges if size}
+        for index, launch in enumerate(self.launches):
+            for slot, pointer in launch.pointers():
+                for name, base, size in ranges:
+                    if size and base <= pointer < base + size:
+                        slots[name].append((index, slot, pointer - base))
+                        break
+        return slots
+
+    # ------------------------------------------------------------------ tensors
+
+    def _tensor(self, context, name: str):
+        """The device array holding ``name``: a weight, an uploaded host value, or a view."""
+        value = self.graph.values[name]
+        if value.const is not None:
+            weight = context.weights.get(name)
+            return weight if weight is not None else self._upload(name, value.const)
+        if value.info.value is not None and name not in self.graph.inputs:
+            return self._upload(name, value.info.value)
+        return self._view(context, name)
+
+    def _workspace(self, context, nbytes: int, layer: str):
+        """The context's workspace cut to ``nbytes``; an own one if this shape needs more."""
+        from numba import cuda
+
+        if not nbytes:
+            return None
+        if context.workspace is not None and context.workspace.size >= nbytes:
+            return context.workspace[:nbytes]
+        key = f"workspace/{layer}"
+        if key not in self._own:
+            self._own[key] = cuda.device_array(nbytes, np.uint8)
+        return self._own[key]
+
+    def _upload(self, name: str, array: np.ndarray):
+        from numba import cuda
+
+        if name not in self._uploads:
+            self._uploads[name] = cuda.to_device(np.ascontiguousarray(array))
+        return self._uploads[name]
+
+    def _view(self, context, name: str):
+        """An input's or output's own buffer, a view into the arena at the planned offset,
+        or an own allocation."""
+        from numba import cuda
+
+        if name in self.io:
+            return self.io[name]
+        info = self.graph.info(name)
+        shape = tuple(int(d) for d in info.shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * info.dtype.itemsize
+        offset = context.engine.offsets.get(name)
+        planned = context.engine.shapes.get("max", {}).get(name)
+        fits = planned is not None and nbytes <= int(np.prod(planned, dtype=np.int64)) * info.dtype.itemsize
+        if offset is None or nbytes == 0 or not fits:
+            if name not in self._own:
+                self._own[name] = cuda.device_array(shape, info.dtype)
+            return self._own[name]
+        return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+
+
+def _bindable(graph) -> list[str]:
+    """The inputs and the device outputs: the tensors a caller binds."""
+    names = list(graph.inputs)
+    for name in graph.outputs:
+        info = graph.info(name)
+        if name not in names and (info.value is None or name in graph.inputs) and graph.values[name].const is None:
+            names.append(name)
+    return names
+
+
+def _address(array) -> int:
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:  # the simulator's arrays
+        interface = array.__array_interface__ if hasattr(array, "__array_interface__") else \
+            np.asarray(array).__array_interface__
+    return int(interface["data"][0] or 0)
+
+
+def find_tactic(registry, node, graph, identity: dict):
+    """The tactic a plan recorded (the owner's, or the contributing plugin's it names), made
+    again for these concrete shapes."""
+    op = registry.op(node)
+    ins = [graph.info(name) if name else None for name in node.inputs]
+    outs = [graph.info(name) for name in node.outputs if name]
+    offered = registry.tactics(op, node, ins, outs)
+    tactics = [t for t in offered if t.provider == identity.get("provider")] or offered
+    named = [t for t in tactics if t.name == identity["name"]]
+    exact = [t for t in named if dict(t.params) == identity["params"]]
+    chosen = (exact or named or tactics or [None])[0]
+    if chosen is None:
+        raise PlugrtError(f"{node.describe()}: plugin {type(op).__name__} offers no CUDA tactic for these shapes")
+    return chosen
+
+
+__all__ = ["Specialization", "find_tactic", "BIND_ALIGNMENT"]
