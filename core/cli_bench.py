@@ -48,7 +48,7 @@ def add_bench_command(commands) -> None:
 
 
 def cmd_bench(args) -> int:
-    from plugrt.bench import run_benchmark
+    from plugrt.bench import resolve_shapes, run_benchmark
     from plugrt.device import announce_once
     from plugrt.tuning.tuner import Progress
 
@@ -62,6 +62,7 @@ def cmd_bench(args) -> int:
     shapes = parse_shapes(args.shapes, "--shapes")
     announce_once()
     engine = _engine(args, is_plan, shapes)
+    shapes = resolve_shapes(engine, shapes, "--shapes")
     progress = Progress(sys.stderr, not args.no_progress)
     try:
         result = run_benchmark(engine, shapes, use_cuda_graph=not args.no_cuda_graph,
