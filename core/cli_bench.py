@@ -54,7 +54,7 @@ def cmd_bench(args) -> int:
 
     is_plan = _check_target(args)
     inputs = {"PLAN|MODEL": args.target, "--timing-cache": args.timing_cache}
-    if args.json:
+    if args.json is not None:
         check_output(args.json, "--json", JSON_REPORT, inputs, args.force)
         check_distinct({"--json": args.json, "--timing-cache": args.timing_cache})
     settings = {"warmup": _count(args.warmup, "--warmup", 0), "iterations": _count(args.iterations, "--iterations", 1),
@@ -71,7 +71,7 @@ def cmd_bench(args) -> int:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
     print_report(args.target, report)
-    if args.json:
+    if args.json is not None:
         write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())
     return 0
 
