@@ -257,11 +257,19 @@ def _run_threads(runners: list[_StreamRunner], warmup: int, iterations: int, dur
     ends: list[float] = []
     errors: list[BaseException] = []
     stop = threading.Event()
-    barrier = threading.Barrier(len(runners), action=lambda: clock.__setitem__("start", time.perf_counter()))
+
+    def begin() -> None:  # run by one thread when all have warmed up, before any is released
+        clock["start"] = time.perf_counter()
+
+    barrier = threading.Barrier(len(runners), action=begin)
 
     def work(runner: _StreamRunner) -> None:
         runner.thread = threading.get_ident()
         try:
+            if not simulated():
+                from numba import cuda
+
+                cuda.current_context()  # make the device's context current in this thread
             for _ in range(1 + warmup):
                 runner.query()
             barrier.wait()

@@ -25,8 +25,9 @@ def add_bench_command(commands) -> None:
                     "built first with the options of `plugrt build`. Each stream runs one untimed query "
                     "(specializing its context and capturing its CUDA graph), the warmup queries, then timed "
                     "queries until it has run --iterations and --duration has passed (both, as trtexec does). "
-                    "A query is H2D copies, compute, D2H copies, then a wait for the stream. In the CUDA "
-                    "simulator every time is a host time and the numbers are meaningless.")
+                    "A query is H2D copies, compute, D2H copies, then a wait for the stream. Throughput is in "
+                    "queries/s and inferences/s (batch, dim 0 of the first input, x queries / wall seconds). In "
+                    "the CUDA simulator every time is a host time and the numbers are meaningless.")
     bench.add_argument("target", metavar="PLAN|MODEL", help="a .plan file, or an .onnx model to build first")
     bench.add_argument("--shapes", default="", metavar="NAME:DxDx..,...",
                        help="the input shapes to run, e.g. input:8x3x224x224 (default: the profile's opt shapes); "
@@ -43,7 +44,8 @@ def add_bench_command(commands) -> None:
     bench.add_argument("--no-data-transfers", action="store_true",
                        help="inputs copied in once from device arrays, outputs left on the device: time the compute")
     bench.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
-    add_build_options(bench)
+    add_build_options(bench.add_argument_group("build options (for a model; --no-progress, -v and --force apply "
+                                               "to any bench)"))
     bench.set_defaults(handler=cmd_bench)
 
 
@@ -154,6 +156,8 @@ def print_report(target: str, report: dict) -> None:
           f"(batch {throughput['batch']} = dim 0 of the first input, x queries / wall s)")
     for label, key, note in _ROWS:
         stats = report[key]
+        if key == "latency_ms" and not settings["data_transfers"]:
+            note = "per query, the compute alone"
         if stats is None:
             print(f"{label:14s} -  (no data transfers)")
             continue
