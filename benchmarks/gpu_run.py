@@ -90,8 +90,32 @@ def bench_model(name: str, model, make_input, dynamic_dims: dict, out_dir: str, 
                 "host_us_per_launch": host_seconds_per_launch(context, repeats=5) * 1e6,
                 "specialize_s": spec.prepare_seconds,
             }
+        entry["bench"] = plugrt_bench(engine, make_input, batches)
         result["fused" if fusion else "unfused"] = entry
     return result
+
+
+def plugrt_bench(engine, make_input, batches) -> dict:
+    """``plugrt bench``'s measurement (its Python API) at each batch on one stream, and at
+    batch 1 on 4 streams (4 contexts, one thread each)."""
+    from plugrt.bench import run_benchmark
+
+    runs = {f"batch{b}": ({"input": tuple(make_input(b).shape)}, 1) for b in batches}
+    runs["batch1_streams4"] = ({"input": tuple(make_input(1).shape)}, 4)
+    return {name: guarded(lambda: run_benchmark(engine, shapes, duration=1.0, streams=streams).as_json())
+            for name, (shapes, streams) in runs.items()}
+
+
+def plugrt_bench_cli(onnx_path: str, out_dir: str) -> dict:
+    """``plugrt bench MODEL.onnx`` end to end (it builds the model first); its --json report."""
+    import subprocess
+
+    report = os.path.join(out_dir, "resnet18-bench.json")
+    command = [sys.executable, "-m", "plugrt", "bench", onnx_path, "--shapes", "input:1x3x224x224",
+               "--optimization-level", "0", "--no-progress", "--json", report, "--force"]
+    subprocess.run(command, check=True)
+    with open(report) as f:
+        return json.load(f)
 
 
 def pointwise_chain_bandwidth(out_dir: str, gib: float = 1.0) -> dict:
@@ -272,6 +296,8 @@ def run_models(out_dir: str) -> list:
     for name, model, make_input, dims, opset, variants in runs:
         entry = guarded(bench_model, name, model, make_input, dims, out_dir, opset, (1, 32), variants)
         results.append({"model": name, **entry})
+    results.append({"model": "resnet18 (plugrt bench CLI)", "bench_cli": guarded(plugrt_bench_cli, resnet18_onnx(out_dir),
+                                                                                 out_dir)})
     return results
 
 
@@ -285,6 +311,9 @@ def print_part(part: str, report: dict) -> None:
         print(f"\n{'model':18s} {'variant':8s} {'batch':>5s} {'eager ms':>9s} {'plugrt ms':>9s} {'exec ms':>8s} "
               f"{'launches':>8s} {'layers':>6s} {'rel err':>9s} {'build s':>7s}")
         for r in results:
+            if "bench_cli" in r:
+                print_bench(r["model"], r["bench_cli"])
+                continue
             if "error" in r:
                 print(f"{r['model']:18s} ERROR {r['error'][:200]}")
                 continue
@@ -297,6 +326,8 @@ def print_part(part: str, report: dict) -> None:
                     print(f"{r['model']:18s} {variant:8s} {batch:5d} {b['pytorch_eager_ms']:9.3f} "
                           f"{b['plugrt_enqueue_ms']:9.3f} {b['plugrt_execute_ms']:8.3f} {b['launches']:8d} "
                           f"{v['layers']:6d} {v['max_rel_err_vs_onnxruntime']:9.1e} {v['build_s']:7.1f}")
+                for run, bench_report in v["bench"].items():
+                    print_bench(f"  bench {r['model']} {variant} {run}", bench_report)
     elif part == "chain":
         chain = report["pointwise_chain"]
         if "error" in chain:
@@ -325,6 +356,17 @@ def print_part(part: str, report: dict) -> None:
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")
     sys.stdout.flush()
+
+
+def print_bench(label: str, report: dict) -> None:
+    """One line of a ``plugrt bench`` report."""
+    if "error" in report:
+        print(f"{label} ERROR {report['error'][:200]}")
+        return
+    latency, compute, enqueue = report["latency_ms"], report["gpu_compute_ms"], report["host_enqueue_ms"]
+    print(f"{label}: latency median {latency['median']:.3f} ms (p99 {latency['p99']:.3f}), GPU compute "
+          f"{compute['median']:.3f} ms, host enqueue {enqueue['median']:.3f} ms, "
+          f"{report['throughput']['inferences_per_s']:.1f} inferences/s over {report['settings']['streams']} stream(s)")
 
 
 def guarded(fn, *args) -> dict:

@@ -15,6 +15,9 @@ import os
 import sys
 
 from plugrt import API_VERSION, __version__
+from plugrt.cli_bench import add_bench_command
+from plugrt.cli_options import (FORCE_HELP, add_build_options, add_profile, add_shape_options, build_engine,
+                                check_timing_cache)
 from plugrt.errors import PlugrtError
 from plugrt.files import write_atomically
 from plugrt.paths import (NPZ, PLAN, TIMING_CACHE, check_distinct, check_input, check_model_input, check_new_folder,
@@ -94,26 +97,13 @@ def _parser() -> argparse.ArgumentParser:
                                               "and run the build's checks short of timing tactics")
     check.add_argument("model", help="an .onnx file")
     check.add_argument("--json", action="store_true", help="print JSON")
-    _shape_options(check)
+    add_shape_options(check)
     check.set_defaults(handler=cmd_check)
 
     build = commands.add_parser("build", help="build an engine from an ONNX model and save it as a plan file")
     build.add_argument("model", help="an .onnx file")
     build.add_argument("-o", "--output", required=True, help="the plan file to write")
-    _shape_options(build)
-    build.add_argument("--no-fusion", action="store_true",
-                       help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
-    build.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                       help="skip one graph pass (repeatable); `plugrt inspect` lists the passes that ran")
-    build.add_argument("--timing-cache", metavar="FILE",
-                       help="a JSON timing cache: read before the build (missing: empty), written after it")
-    build.add_argument("--optimization-level", type=int, default=3, choices=range(6), metavar="N",
-                       help="0: each plugin's first tactic, untimed; 1, 2, 3, 4: time the first 2, 3, 3, 6 "
-                            "tactics of each layer; 5: time all (default 3)")
-    build.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
-    build.add_argument("--no-progress", action="store_true", help="no progress line while tactics are timed")
-    build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
-    build.add_argument("--force", action="store_true", help=_FORCE_HELP)
+    add_build_options(build)
     build.set_defaults(handler=cmd_build)
 
     run = commands.add_parser("run", help="run a plan file")
@@ -122,8 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--save", help="write the outputs to this .npz file")
     run.add_argument("--compare-onnxruntime", metavar="MODEL", help="compare with onnxruntime on this model")
     run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --compare-onnxruntime")
-    run.add_argument("--force", action="store_true", help=_FORCE_HELP)
+    run.add_argument("--force", action="store_true", help=FORCE_HELP)
     run.set_defaults(handler=cmd_run)
+
+    add_bench_command(commands)
 
     inspect = commands.add_parser("inspect", help="show a plan's layers, tactics and memory")
     inspect.add_argument("plan", help="a .plan file")
@@ -152,20 +144,9 @@ def _parser() -> argparse.ArgumentParser:
                                                      "time wins where two timed the same tactic)")
     merge.add_argument("caches", nargs="+", metavar="CACHE", help="timing cache files")
     merge.add_argument("-o", "--output", required=True, help="the merged cache to write (may be one of the inputs)")
-    merge.add_argument("--force", action="store_true", help=_FORCE_HELP)
+    merge.add_argument("--force", action="store_true", help=FORCE_HELP)
     merge.set_defaults(handler=cmd_timing_cache_merge)
     return parser
-
-
-_FORCE_HELP = ("overwrite an existing output file that is not of the kind written (a command never "
-               "overwrites its own input)")
-
-
-def _shape_options(parser) -> None:
-    for which in ("min", "opt", "max"):
-        parser.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
-                            help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224 (a shape given "
-                                 "for one of min/opt/max stands for the others not given)")
 
 
 def cmd_plugins(args) -> int:
@@ -225,7 +206,7 @@ def cmd_check(args) -> int:
 
     check_model_input(args.model, "MODEL")
     config = BuilderConfig()
-    _add_profile(config, args)
+    add_profile(config, args)
     report = support_report(args.model)
     bad = [entry for entry in report if entry["status"] != "supported"]
     build = "not checked: unsupported nodes" if bad else "ok"
@@ -254,39 +235,16 @@ def cmd_check(args) -> int:
 # ---------------------------------------------------------------------------- engines
 
 
-def parse_shapes(text: str, flag: str) -> dict[str, tuple[int, ...]]:
-    """``"a:1x3x224x224,b:4"`` -> ``{"a": (1, 3, 224, 224), "b": (4,)}``."""
-    shapes = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, dims = item.rpartition(":")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
-        except ValueError:
-            raise PlugrtError(f"{flag}: {item!r} is not NAME:DxDx... (e.g. input:1x3x224x224)") from None
-    return shapes
-
-
 def cmd_build(args) -> int:
     from plugrt.device import announce_once
-    from plugrt.engine import Builder, BuilderConfig
 
     check_model_input(args.model, "MODEL")
     if args.timing_cache:
-        _check_timing_cache(args.timing_cache, {"MODEL": args.model}, args.force)
+        check_timing_cache(args.timing_cache, {"MODEL": args.model}, args.force)
     check_output(args.output, "-o", PLAN, {"MODEL": args.model, "--timing-cache": args.timing_cache}, args.force)
     check_distinct({"-o": args.output, "--timing-cache": args.timing_cache})
     announce_once()
-    if args.verbose:
-        import logging
-
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass),
-                           optimization_level=args.optimization_level, tf32=not args.no_tf32,
-                           timing_cache=args.timing_cache, progress=not args.no_progress)
-    _add_profile(config, args)
-    engine = Builder().build_engine(args.model, config)
+    engine = build_engine(args, args.model)
     engine.save(args.output)
     report = engine.inspect()
     print(f"built {args.output}: {len(report['layers'])} layers, {len(report['host_nodes'])} host nodes; "
@@ -295,19 +253,8 @@ def cmd_build(args) -> int:
     return 0
 
 
-def _add_profile(config, args) -> None:
-    """The profile of ``--min/--opt/--max-shapes``, if any is given."""
-    from plugrt.engine import OptimizationProfile
-
-    shapes = [parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes") for which in ("min", "opt", "max")]
-    if any(shapes):
-        config.add_optimization_profile(OptimizationProfile.from_given(*shapes))
-
-
 def cmd_run(args) -> int:
-    import numpy as np
-
-    from plugrt.bindings import random_input
+    from plugrt.bench import random_feeds
     from plugrt.device import announce_once
     from plugrt.engine import Engine
     from plugrt.onnxruntime_compare import compare_onnxruntime, onnxruntime_session
@@ -324,18 +271,7 @@ def cmd_run(args) -> int:
     announce_once()
     engine = Engine.load(args.plan)
     session = onnxruntime_session(args.compare_onnxruntime, engine) if args.compare_onnxruntime else None
-    if args.inputs:
-        feeds = _load_npz(args.inputs)
-    else:
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for name in engine.input_names:
-            info = engine.graph.info(name)
-            shape = engine.profile.shapes[name][1]
-            if name in engine.profile.shape_values:
-                feeds[name] = np.asarray(engine.profile.shape_values[name], info.dtype).reshape(shape)
-            else:
-                feeds[name] = random_input(rng, info.dtype, shape)
+    feeds = _load_npz(args.inputs) if args.inputs else random_feeds(engine)
     outputs = engine.create_execution_context().execute(feeds)
     for name, value in outputs.items():
         print(f"{name}: {value.dtype}{list(value.shape)}")
@@ -344,17 +280,6 @@ def cmd_run(args) -> int:
     if session is not None:
         return compare_onnxruntime(session, args.compare_onnxruntime, feeds, outputs, args.rtol)
     return 0
-
-
-def _check_timing_cache(path: str, inputs: dict, force: bool) -> None:
-    """``build --timing-cache``: read before the build (missing: empty), written after it."""
-    from plugrt.tuning import TimingCache
-
-    if os.path.lexists(path):
-        check_input(path, "--timing-cache")
-        TimingCache.load(path)  # not a cache, or a damaged one: say so before the build
-    check_output(path, "--timing-cache", TIMING_CACHE, inputs, force)
-
 
 
 def _load_npz(path: str) -> dict:

@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 
 #: Options whose value a command writes; every other file it names it only reads.
-OUTPUT_OPTIONS = ("-o", "--output", "--save", "--timing-cache", "--dest")
+OUTPUT_OPTIONS = ("-o", "--output", "--save", "--timing-cache", "--dest", "--json")
 #: The files a case may name (``@name``); "missing", "nodir/x", the NUL and long names and "" are never made.
 SLOTS = ("model", "other.onnx", "plan", "in.npz", "x.npy", "t.json", "damaged.json", "notes.txt", "empty",
          "folder", "missing", "nodir/x", "link", "dangling", "folder/", "nul\0x", "L" * 300, "")
@@ -28,7 +28,7 @@ SLOTS = ("model", "other.onnx", "plan", "in.npz", "x.npy", "t.json", "damaged.js
 #: The file that fits each slot of each command.
 _FITS = {"build": ("model", "missing", "missing", ""), "run": ("plan", "in.npz", "missing", "model"),
          "inspect": ("plan", "", "", ""), "check": ("model", "", "", ""), "merge": ("t.json", "t.json", "missing", ""),
-         "new-plugin": ("missing", "", "", "")}
+         "new-plugin": ("missing", "", "", ""), "bench": ("plan", "missing", "missing", "model")}
 
 _FIXTURES: dict[str, bytes] | None = None
 
@@ -152,7 +152,7 @@ def cases(count: int, seed: int = 14) -> list[bytes]:
     rng = random.Random(seed)
     made = []
     for _ in range(count):
-        command = rng.choice(("build", "build", "run", "run", "inspect", "check", "merge", "new-plugin"))
+        command = rng.choice(("build", "build", "run", "run", "inspect", "check", "merge", "new-plugin", "bench"))
         # Half the slots hold the file that fits there, so that some commands get to the work.
         fits = _FITS[command]
         slot = ["@" + (fits[i] if rng.random() < 0.5 else rng.choice(SLOTS)) for i in range(4)]
@@ -167,6 +167,13 @@ def cases(count: int, seed: int = 14) -> list[bytes]:
                 if rng.random() < 0.5:
                     argv += [option, value]
             argv += force
+        elif command == "bench":
+            argv = ["bench", slot[0] if rng.random() < 0.7 else slot[3], "--iterations", "1", "--warmup", "0",
+                    "--duration", "0", "--no-progress", *force]
+            if rng.random() < 0.6:
+                argv += ["--json", slot[1]]
+            if rng.random() < 0.3:
+                argv += ["--timing-cache", slot[2]]
         elif command in ("inspect", "check"):
             argv = [command, slot[0]]
         elif command == "merge":

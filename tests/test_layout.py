@@ -31,9 +31,10 @@ LAYERS = (
     ("import and passes", ("plugrt.onnx", "plugrt.onnx.checks", "plugrt.onnx.importer", "plugrt.passes",
                            "plugrt.passes.*")),
     ("tuning", ("plugrt.tuning", "plugrt.tuning.*")),
-    ("engine", ("plugrt.engine", "plugrt.engine.*")),
+    ("engine", ("plugrt.engine", "plugrt.engine.*", "plugrt.bench")),
     ("tools", ("plugrt.onnx.backend", "plugrt.testing", "plugrt.testing.*", "plugrt.testing_pytest",
-               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli", "plugrt.__main__")),
+               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli_options", "plugrt.cli_bench", "plugrt.cli",
+               "plugrt.__main__")),
 )
 
 #: What a plugin may import from plugrt: the public surface (documented in docs/PLUGIN_API.md).

@@ -1,0 +1,307 @@
+"""Measuring an engine the way trtexec does (``plugrt bench``; :func:`run_benchmark` from Python).
+
+Each of ``streams`` execution contexts (one thread each, its own CUDA stream) runs one
+untimed query (it specializes the context for the shapes and captures its CUDA graph),
+``warmup`` more untimed, then timed queries until it has run ``iterations`` and ``duration``
+seconds have passed since all began: both minimums, trtexec's rule. A query is: copy the
+inputs in (H2D, from pinned host buffers), enqueue the compute, copy the outputs out (D2H,
+into pinned host buffers), wait for the stream. CUDA events split it into H2D, GPU compute
+and D2H; ``time.perf_counter`` around ``enqueue`` is the host enqueue time. Without data
+transfers the inputs are copied in once, from device arrays, and a query is the compute
+alone, its outputs left on the device.
+
+In Numba's CUDA simulator there are no CUDA events: every time is taken with host clocks
+(the kernels run on the host during ``enqueue``), which :attr:`BenchResult.timing` says.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from plugrt.bindings import random_input
+from plugrt.device import simulated
+from plugrt.errors import PlugrtError
+
+#: (warmup queries, minimum timed queries, minimum seconds): trtexec's counts on a GPU;
+#: a few queries in the simulator, where one costs ~0.1 ms per simulated thread.
+GPU_DEFAULTS = (10, 10, 3.0)
+SIMULATOR_DEFAULTS = (1, 3, 0.0)
+#: Most contexts one benchmark runs at once.
+MAX_STREAMS = 64
+#: The statistics reported for every per-query time.
+STATISTICS = ("min", "mean", "median", "p90", "p99", "max")
+EVENT_TIMING = "CUDA events (GPU times), time.perf_counter (host times)"
+HOST_TIMING = "host clocks only: Numba's CUDA simulator has no CUDA events (numbers meaningless)"
+
+
+def default_settings() -> tuple[int, int, float]:
+    """(warmup, iterations, duration) for the backend in use."""
+    return SIMULATOR_DEFAULTS if simulated() else GPU_DEFAULTS
+
+
+def resolve_shapes(engine, shapes: Mapping[str, tuple] | None = None, option: str = "shapes") -> dict[str, tuple]:
+    """Every input's shape: the given one, checked against the profile, else the opt shape.
+    Messages name ``option`` (the CLI's ``--shapes``)."""
+    shapes = dict(shapes or {})
+    profile = engine.profile
+    unknown = [name for name in shapes if name not in engine.input_names]
+    if unknown:
+        raise PlugrtError(f"{option}: {', '.join(map(repr, unknown))} is not an input of the engine; the inputs "
+                          f"are {', '.join(map(repr, engine.input_names))}")
+    resolved = {}
+    for name in engine.input_names:
+        low, opt, high = profile.shapes[name]
+        shape = tuple(int(d) for d in shapes.get(name, opt))
+        if len(shape) != len(low) or not all(a <= d <= c for a, d, c in zip(low, shape, high)):
+            label = "x".join(map(str, shape))
+            raise PlugrtError(f"{option} {name}:{label}: outside the engine's profile for input {name!r} (min "
+                              f"{list(low)}, max {list(high)}); give a shape within it, or build with a wider "
+                              "profile (--min-shapes/--max-shapes)")
+        resolved[name] = shape
+    return resolved
+
+
+def random_feeds(engine, shapes: Mapping[str, tuple] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs (never zeros) at ``shapes`` (default: the profile's opt shapes); a
+    shape-tensor input gets the values the engine was built for."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in engine.input_names:
+        info = engine.graph.info(name)
+        shape = (shapes or {}).get(name, engine.profile.shapes[name][1])
+        if name in engine.profile.shape_values:
+            feeds[name] = np.asarray(engine.profile.shape_values[name], info.dtype).reshape(shape)
+        else:
+            feeds[name] = random_input(rng, info.dtype, shape)
+    return feeds
+
+
+def statistics(values_ms: list[float]) -> dict[str, float] | None:
+    """min, mean, median, p90, p99 and max of ``values_ms``; ``None`` for no values."""
+    if not values_ms:
+        return None
+    values = np.asarray(values_ms, dtype=np.float64)
+    return {"min": float(values.min()), "mean": float(values.mean()), "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)), "p99": float(np.percentile(values, 99)),
+            "max": float(values.max())}
+
+
+@dataclass
+class BenchResult:
+    """What :func:`run_benchmark` measured; times of each timed query in milliseconds."""
+
+    shapes: dict[str, tuple]
+    batch: int
+    streams: int
+    warmup: int
+    iterations: int
+    duration_s: float
+    use_cuda_graph: bool
+    data_transfers: bool
+    timing: str
+    walltime_s: float
+    #: Timed queries run by each stream, and how many distinct threads ran them.
+    queries_per_stream: list[int]
+    threads: int
+    latency_ms: list[float] = field(default_factory=list)
+    compute_ms: list[float] = field(default_factory=list)
+    enqueue_ms: list[float] = field(default_factory=list)
+    h2d_ms: list[float] = field(default_factory=list)
+    d2h_ms: list[float] = field(default_factory=list)
+    host_ms: list[float] = field(default_factory=list)
+
+    @property
+    def queries(self) -> int:
+        return sum(self.queries_per_stream)
+
+    @property
+    def queries_per_s(self) -> float:
+        return self.queries / self.walltime_s if self.walltime_s > 0 else 0.0
+
+    @property
+    def inferences_per_s(self) -> float:
+        """``batch`` x queries / wall seconds of the timed phase."""
+        return self.batch * self.queries_per_s
+
+    def as_json(self) -> dict:
+        return {
+            "settings": {"shapes": {name: list(shape) for name, shape in self.shapes.items()},
+                         "batch": self.batch, "streams": self.streams, "warmup": self.warmup,
+                         "iterations": self.iterations, "duration_s": self.duration_s,
+                         "use_cuda_graph": self.use_cuda_graph, "data_transfers": self.data_transfers},
+            "timing": self.timing, "simulator": self.timing == HOST_TIMING,
+            "queries": self.queries, "queries_per_stream": list(self.queries_per_stream), "threads": self.threads,
+            "walltime_s": self.walltime_s,
+            "throughput": {"queries_per_s": self.queries_per_s, "inferences_per_s": self.inferences_per_s,
+                           "batch": self.batch},
+            "latency_ms": statistics(self.latency_ms), "gpu_compute_ms": statistics(self.compute_ms),
+            "host_enqueue_ms": statistics(self.enqueue_ms), "h2d_ms": statistics(self.h2d_ms),
+            "d2h_ms": statistics(self.d2h_ms), "host_walltime_ms": statistics(self.host_ms),
+        }
+
+
+def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: int | None = None,
+                  iterations: int | None = None, duration: float | None = None, streams: int = 1,
+                  use_cuda_graph: bool = True, data_transfers: bool = True, seed: int = 0,
+                  progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure ``engine`` at ``shapes`` (default: the opt shapes) as the module doc says;
+    ``None`` settings take :func:`default_settings`. ``progress`` is called now and then
+    with one line of text, from the calling thread."""
+    defaults = default_settings()
+    warmup = defaults[0] if warmup is None else warmup
+    iterations = defaults[1] if iterations is None else iterations
+    duration = defaults[2] if duration is None else duration
+    _check_settings(warmup, iterations, duration, streams)
+    shapes = resolve_shapes(engine, shapes)
+    feeds = random_feeds(engine, shapes, seed)
+    first = shapes[engine.input_names[0]] if engine.input_names else ()
+    batch = int(first[0]) if first else 1
+    with ExitStack() as stack:
+        runners = [_StreamRunner(stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph)),
+                                 feeds, data_transfers) for _ in range(streams)]
+        walltime = _run_threads(runners, warmup, iterations, duration, progress or (lambda text: None))
+    result = BenchResult(shapes, batch, streams, warmup, iterations, float(duration), use_cuda_graph, data_transfers,
+                         HOST_TIMING if simulated() else EVENT_TIMING, walltime,
+                         [len(r.samples) for r in runners], len({r.thread for r in runners if r.samples}))
+    for runner in runners:
+        for latency, h2d, compute, d2h, enqueue, host in runner.samples:
+            result.latency_ms.append(latency)
+            result.compute_ms.append(compute)
+            result.enqueue_ms.append(enqueue)
+            result.host_ms.append(host)
+            if data_transfers:
+                result.h2d_ms.append(h2d)
+                result.d2h_ms.append(d2h)
+    return result
+
+
+def _check_settings(warmup, iterations, duration, streams) -> None:
+    for name, value, low in (("warmup", warmup, 0), ("iterations", iterations, 1), ("streams", streams, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise PlugrtError(f"bench {name} must be a whole number >= {low}, got {value!r}")
+    if streams > MAX_STREAMS:
+        raise PlugrtError(f"bench streams: at most {MAX_STREAMS} contexts run at once, got {streams}")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 <= duration < float("inf"):
+        raise PlugrtError(f"bench duration must be a finite number of seconds >= 0, got {duration!r}")
+
+
+class _StreamRunner:
+    """One context on its own stream, and the queries it ran: (latency, H2D, compute, D2H,
+    enqueue, host) in ms each."""
+
+    def __init__(self, context, feeds: Mapping[str, np.ndarray], data_transfers: bool):
+        from numba import cuda
+
+        self.context = context
+        self.stream = context.stream
+        self.data_transfers = data_transfers
+        self.events = [cuda.event() for _ in range(4)]
+        self.outputs: dict[str, np.ndarray] = {}
+        self.samples: list[tuple] = []
+        self.thread: int | None = None
+        if data_transfers:
+            self.feeds = {}
+            for name, array in feeds.items():
+                self.feeds[name] = cuda.pinned_array(array.shape, array.dtype)
+                self.feeds[name][...] = array
+        else:
+            self.feeds = {name: cuda.to_device(array) for name, array in feeds.items()}
+            context.copy_inputs(self.feeds, self.stream)  # once: the inputs stay in place
+            self.stream.synchronize()
+
+    def query(self) -> tuple:
+        context, stream, events = self.context, self.stream, self.events
+        started = time.perf_counter()
+        events[0].record(stream)
+        if self.data_transfers:
+            context.copy_inputs(self.feeds, stream)
+        events[1].record(stream)
+        copied = time.perf_counter()
+        context.enqueue(stream)
+        enqueued = time.perf_counter()
+        events[2].record(stream)
+        if self.data_transfers:
+            for name, value in context.output_arrays().items():
+                if not isinstance(value, np.ndarray) and value.size:
+                    value.copy_to_host(self._host_buffer(name, value), stream=stream)
+        events[3].record(stream)
+        events[3].synchronize()
+        done = time.perf_counter()
+        if simulated():
+            h2d, compute, d2h = (copied - started) * 1e3, (enqueued - copied) * 1e3, (done - enqueued) * 1e3
+            latency = (done - started) * 1e3
+        else:
+            h2d, compute, d2h = (events[i].elapsed_time(events[i + 1]) for i in range(3))
+            latency = events[0].elapsed_time(events[3])
+        return latency, h2d, compute, d2h, (enqueued - copied) * 1e3, (done - started) * 1e3
+
+    def _host_buffer(self, name: str, value) -> np.ndarray:
+        from numba import cuda
+
+        buffer = self.outputs.get(name)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            buffer = self.outputs[name] = cuda.pinned_array(value.shape, value.dtype)
+        return buffer
+
+
+def _run_threads(runners: list[_StreamRunner], warmup: int, iterations: int, duration: float,
+                 progress: Callable[[str], None]) -> float:
+    """Run every runner in its own thread; the timed phase's wall seconds."""
+    clock = {"start": 0.0}
+    ends: list[float] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def begin() -> None:  # run by one thread when all have warmed up, before any is released
+        clock["start"] = time.perf_counter()
+
+    barrier = threading.Barrier(len(runners), action=begin)
+
+    def work(runner: _StreamRunner) -> None:
+        runner.thread = threading.get_ident()
+        try:
+            if not simulated():
+                from numba import cuda
+
+                cuda.current_context()  # make the device's context current in this thread
+            for _ in range(1 + warmup):
+                runner.query()
+            barrier.wait()
+            while not stop.is_set() and (len(runner.samples) < iterations
+                                         or time.perf_counter() - clock["start"] < duration):
+                runner.samples.append(runner.query())
+            ends.append(time.perf_counter())
+        except threading.BrokenBarrierError:
+            pass  # another stream failed before the timed phase
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            errors.append(exc)
+            stop.set()
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(runner,), name=f"plugrt-bench-{i}", daemon=True)
+               for i, runner in enumerate(runners)]
+    for thread in threads:
+        thread.start()
+    try:
+        alive = threads
+        while alive:
+            alive[0].join(0.2)
+            alive = [thread for thread in threads if thread.is_alive()]
+            done = sum(len(r.samples) for r in runners)
+            if clock["start"]:
+                progress(f"bench: {done} queries, {time.perf_counter() - clock['start']:.1f} s")
+            else:
+                progress("bench: warming up")
+    except KeyboardInterrupt:
+        stop.set()
+        barrier.abort()
+        raise
+    if errors:
+        raise errors[0]
+    return max(ends) - clock["start"]

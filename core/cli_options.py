@@ -1,0 +1,104 @@
+"""The build's command-line options, shared by ``plugrt build`` and ``plugrt bench`` (which
+builds a model with the same flags before it measures it): the options, the checks of the
+files they name, and the build they configure.
+"""
+
+from __future__ import annotations
+
+import os
+
+from plugrt.errors import PlugrtError
+from plugrt.paths import TIMING_CACHE, check_input, check_output
+
+FORCE_HELP = ("overwrite an existing output file that is not of the kind written (a command never "
+              "overwrites its own input)")
+
+
+def add_shape_options(parser) -> None:
+    """``--min-shapes``, ``--opt-shapes``, ``--max-shapes``: the optimization profile."""
+    for which in ("min", "opt", "max"):
+        parser.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
+                            help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224 (a shape given "
+                                 "for one of min/opt/max stands for the others not given)")
+
+
+def add_build_options(parser) -> None:
+    """Every option of ``plugrt build`` but the model and ``-o``."""
+    add_shape_options(parser)
+    parser.add_argument("--no-fusion", action="store_true",
+                        help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
+    parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                        help="skip one graph pass (repeatable); `plugrt inspect` lists the passes that ran")
+    parser.add_argument("--timing-cache", metavar="FILE",
+                        help="a JSON timing cache: read before the build (missing: empty), written after it")
+    parser.add_argument("--optimization-level", type=int, default=3, choices=range(6), metavar="N",
+                        help="0: each plugin's first tactic, untimed; 1, 2, 3, 4: time the first 2, 3, 3, 6 "
+                             "tactics of each layer; 5: time all (default 3)")
+    parser.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr while it works")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
+#: The build options that change what is built (``plugrt bench`` refuses them for a plan).
+BUILD_ONLY = (("min_shapes", "--min-shapes", ""), ("opt_shapes", "--opt-shapes", ""), ("max_shapes", "--max-shapes", ""),
+              ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
+              ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
+              ("no_tf32", "--no-tf32", False))
+
+
+def given_build_options(args) -> list[str]:
+    """The build-only options ``args`` sets to something other than their default."""
+    return [flag for attr, flag, default in BUILD_ONLY if getattr(args, attr, default) != default]
+
+
+def parse_shapes(text: str, flag: str) -> dict[str, tuple[int, ...]]:
+    """``"a:1x3x224x224,b:4"`` -> ``{"a": (1, 3, 224, 224), "b": (4,)}``."""
+    shapes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, dims = item.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            raise PlugrtError(f"{flag}: {item!r} is not NAME:DxDx... (e.g. input:1x3x224x224)") from None
+    return shapes
+
+
+def check_timing_cache(path: str, inputs: dict, force: bool) -> None:
+    """``--timing-cache``: read before the build (missing: empty), written after it."""
+    from plugrt.tuning import TimingCache
+
+    if os.path.lexists(path):
+        check_input(path, "--timing-cache")
+        TimingCache.load(path)  # not a cache, or a damaged one: say so before the build
+    check_output(path, "--timing-cache", TIMING_CACHE, inputs, force)
+
+
+def add_profile(config, args, run_shapes: dict | None = None) -> None:
+    """The profile of ``--min/--opt/--max-shapes``, if any is given. ``run_shapes`` (bench's
+    ``--shapes``) stand for the opt shapes of the inputs ``--opt-shapes`` does not name."""
+    from plugrt.engine import OptimizationProfile
+
+    low, opt, high = (parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes")
+                      for which in ("min", "opt", "max"))
+    opt = {**(run_shapes or {}), **opt}
+    if low or opt or high:
+        config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
+
+
+def build_engine(args, model, run_shapes: dict | None = None):
+    """Build ``model`` (a path or an imported graph) as the build options in ``args`` say;
+    the files they name have been checked."""
+    from plugrt.engine import Builder, BuilderConfig
+
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass),
+                           optimization_level=args.optimization_level, tf32=not args.no_tf32,
+                           timing_cache=args.timing_cache, progress=not args.no_progress)
+    add_profile(config, args, run_shapes)
+    return Builder().build_engine(model, config)
