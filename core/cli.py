@@ -15,6 +15,7 @@ import os
 import sys
 
 from plugrt import API_VERSION, __version__
+from plugrt.build_options import add_build_options, kernel_report, use_kernel_cache
 from plugrt.errors import PlugrtError
 from plugrt.files import write_atomically
 from plugrt.paths import (NPZ, PLAN, TIMING_CACHE, check_distinct, check_input, check_model_input, check_new_folder,
@@ -101,18 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("model", help="an .onnx file")
     build.add_argument("-o", "--output", required=True, help="the plan file to write")
     _shape_options(build)
-    build.add_argument("--no-fusion", action="store_true",
-                       help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
-    build.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                       help="skip one graph pass (repeatable); `plugrt inspect` lists the passes that ran")
-    build.add_argument("--timing-cache", metavar="FILE",
-                       help="a JSON timing cache: read before the build (missing: empty), written after it")
-    build.add_argument("--optimization-level", type=int, default=3, choices=range(6), metavar="N",
-                       help="0: each plugin's first tactic, untimed; 1, 2, 3, 4: time the first 2, 3, 3, 6 "
-                            "tactics of each layer; 5: time all (default 3)")
-    build.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
-    build.add_argument("--no-progress", action="store_true", help="no progress line while tactics are timed")
-    build.add_argument("-v", "--verbose", action="store_true", help="log each graph pass and the build steps")
+    add_build_options(build)
     build.add_argument("--force", action="store_true", help=_FORCE_HELP)
     build.set_defaults(handler=cmd_build)
 
@@ -277,6 +267,7 @@ def cmd_build(args) -> int:
         _check_timing_cache(args.timing_cache, {"MODEL": args.model}, args.force)
     check_output(args.output, "-o", PLAN, {"MODEL": args.model, "--timing-cache": args.timing_cache}, args.force)
     check_distinct({"-o": args.output, "--timing-cache": args.timing_cache})
+    use_kernel_cache(args)
     announce_once()
     if args.verbose:
         import logging
@@ -292,6 +283,8 @@ def cmd_build(args) -> int:
     print(f"built {args.output}: {len(report['layers'])} layers, {len(report['host_nodes'])} host nodes; "
           f"weights {report['memory']['weights_bytes']} B, arena {report['memory']['arena_bytes']} B, "
           f"workspace {report['memory']['workspace_bytes']} B")
+    if line := kernel_report():
+        print(line)
     return 0
 
 

@@ -57,6 +57,7 @@ class KernelBinary:
 _lock = threading.Lock()
 _override: list = []  # [path or None] once configure() was called
 _unwritable: set[str] = set()
+_unreadable: set[str] = set()
 
 
 def configure(path: str | None | bool) -> None:
@@ -143,10 +144,14 @@ def read(key: str, arch: str, folder: str | None = None) -> KernelBinary | None:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        log.warning("kernel cache file %s cannot be read (%s); compiling the kernel", path, exc.strerror or exc)
+        with _lock:
+            first = folder not in _unreadable
+            _unreadable.add(folder)
+        if first:
+            log.warning("kernel cache %s cannot be read (%s): kernels are compiled", folder, exc.strerror or exc)
         return None
     try:
         return decode(data, key, arch)

@@ -33,7 +33,7 @@ LAYERS = (
     ("tuning", ("plugrt.tuning", "plugrt.tuning.*")),
     ("engine", ("plugrt.engine", "plugrt.engine.*")),
     ("tools", ("plugrt.onnx.backend", "plugrt.testing", "plugrt.testing.*", "plugrt.testing_pytest",
-               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli", "plugrt.__main__")),
+               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.build_options", "plugrt.cli", "plugrt.__main__")),
 )
 
 #: What a plugin may import from plugrt: the public surface (documented in docs/PLUGIN_API.md).
