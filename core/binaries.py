@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections import Counter
 
@@ -221,15 +222,36 @@ def _numba_versions() -> str:
 
 
 def _compile(kernel, argtypes) -> KernelBinary | None:
-    """Compile with Numba; ``None`` when the kernel's module needs Numba's setup code."""
-    compiled = kernel.compile(argtypes)
+    """Compile with Numba; ``None`` when the kernel's module needs Numba's setup code, or
+    when this Numba does not hand out the cubin (warned once: Numba then loads it)."""
+    compiled = kernel.compile(argtypes)  # a kernel's own errors propagate
     library = compiled._codelibrary
-    cc = library._ensure_cc(None)
-    cubin = bytes(library.get_cubin(cc))
-    if library._setup_functions:
+    try:
+        cc = library._ensure_cc(None)
+        cubin = _code_bytes(library.get_cubin(cc))
+        if library._setup_functions:
+            return None
+        ptx = b"" if getattr(library, "_lto", False) else library.get_asm_str(cc).encode("utf-8")
+        return KernelBinary(library._entry_name, arch_name(cc), cubin, ptx)
+    except Exception as exc:  # noqa: BLE001 - another Numba's internals: compile as before
+        if not _warned:
+            _warned.append(exc)
+            log.warning("compiled kernels cannot be kept (%s: %s): plans carry no kernels and the kernel cache is "
+                        "not used", type(exc).__name__, exc)
         return None
-    ptx = b"" if getattr(library, "_lto", False) else library.get_asm_str(cc).encode("utf-8")
-    return KernelBinary(library._entry_name, arch_name(cc), cubin, ptx)
+
+
+_warned: list = []
+
+
+def _code_bytes(code) -> bytes:
+    """The bytes of a cubin as Numba's linker returns it (``cuda.core`` ``ObjectCode``,
+    or bytes)."""
+    code = getattr(code, "code", code)
+    if isinstance(code, (str, os.PathLike)):
+        with open(code, "rb") as f:
+            return f.read()
+    return bytes(code)
 
 
 def _load(binary: KernelBinary):

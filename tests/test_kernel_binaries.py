@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -42,18 +43,19 @@ def store(tmp_path, monkeypatch):
         compiled.append((kernel, argtypes))
         return KernelBinary("entry_fn", ARCH, b"\x7fELF" + bytes(range(60)) * (len(compiled)), b".version 8.0")
 
+    for name, empty in (("_functions", {}), ("_modules", []), ("_binaries", {}), ("_supplied", {}),
+                        ("_by_key", {}), ("_stats", Counter())):
+        monkeypatch.setattr(binaries, name, empty)  # the process's real store is left alone (on a GPU)
     monkeypatch.setattr(binaries, "_device", lambda: (0, ARCH))
     monkeypatch.setattr(binaries, "current_arch", lambda: ARCH)
     monkeypatch.setattr(binaries, "_compile", compile_)
     monkeypatch.setattr(binaries, "_load", lambda binary: ("CUfunction", binary.entry, binary.cubin))
     monkeypatch.setattr(binaries, "_numba_function", lambda kernel, argtypes: ("numba", argtypes))
     kernel_cache.configure(str(tmp_path / "cache"))
-    binaries.clear()
     binaries.compiled = compiled
     try:
         yield binaries
     finally:
-        binaries.clear()
         kernel_cache.configure(True)
         del binaries.compiled
 
@@ -162,6 +164,18 @@ def test_kernel_identity_sees_closure_values_and_never_an_address():
     one, other = factory(np.int32(16), np.arange(3)), factory(np.int32(32), np.arange(3))
     assert binaries.kernel_identity(FakeKernel(one)) != binaries.kernel_identity(FakeKernel(other))
     assert "0x" not in binaries.kernel_identity(FakeKernel(factory(object(), [object()])))
+
+
+def test_cubins_are_taken_as_numba_returns_them(tmp_path):
+    class ObjectCode:  # what cuda.core's linker returns
+        def __init__(self, code):
+            self.code = code
+
+    assert binaries._code_bytes(ObjectCode(b"\x7fELF")) == b"\x7fELF"
+    assert binaries._code_bytes(b"\x7fELF") == b"\x7fELF"
+    path = tmp_path / "k.cubin"
+    path.write_bytes(b"\x7fELF on disk")
+    assert binaries._code_bytes(ObjectCode(str(path))) == b"\x7fELF on disk"
 
 
 def test_architecture_names_follow_numba():

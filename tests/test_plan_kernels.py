@@ -72,7 +72,8 @@ def test_a_plan_carries_its_kernels_once_each_under_the_checksum(plan, supplied)
     kernel_arrays = sorted(name for name in arrays if name.startswith("kernel/"))
     assert len(kernel_arrays) == 4  # cubin A, PTX A, cubin B, the empty PTX: identical code stored once
     entry = section["functions"]["1" * 64]
-    assert entry == section["functions"]["2" * 64]
+    same = section["functions"]["2" * 64]
+    assert (entry["cubin"], entry["ptx"]) == (same["cubin"], same["ptx"]) and entry["check"] != same["check"]
     assert entry["cubin"] == "kernel/" + hashlib.sha256(CUBIN_A).hexdigest()
     assert arrays[entry["cubin"]].tobytes() == CUBIN_A
 
@@ -88,8 +89,11 @@ def test_a_plan_carries_its_kernels_once_each_under_the_checksum(plan, supplied)
 def test_a_simulator_plan_has_an_empty_section_and_plans_without_one_still_load(supplied):
     plan = _engine().serialize()
     header, arrays = decode_plan(plan)
-    assert header["kernels"] == {"arch": None, "functions": {}}
-    assert not [name for name in arrays if name.startswith("kernel/")]
+    if simulated():
+        assert header["kernels"] == {"arch": None, "functions": {}}
+        assert not [name for name in arrays if name.startswith("kernel/")]
+    else:
+        assert header["kernels"]["arch"] == binaries.current_arch() and header["kernels"]["functions"]
     older = edited(plan, lambda h: h.pop("kernels"))
     engine = Engine.deserialize(older)
     x = feed((2, 3))
@@ -119,6 +123,10 @@ def _function(h, key="1" * 64):
     (lambda h: _function(h).update(ptx=7), ".ptx", "'kernel/SHA256' array"),
     (lambda h: _function(h, "3" * 64).update(cubin=_function(h, "3" * 64)["ptx"]), ".cubin", "non-empty"),
     (lambda h: h["kernels"]["functions"].pop("3" * 64), "arrays", "is not"),
+    (lambda h: _function(h).pop("check"), ".check", "missing"),
+    (lambda h: _function(h).update(entry="other_kernel"), ".check", "copied or edited under another key"),
+    (lambda h: h["kernels"]["functions"].update({"1" * 64: _function(h, "3" * 64)}), "kernels.functions['1111",
+     "copied or edited under another key"),
 ])
 def test_a_malformed_kernels_section_is_refused(plan, edit, field, expected):
     message = refused(edited(plan, edit), field, expected, REBUILD)
@@ -132,6 +140,15 @@ def test_kernel_arrays_must_be_bytes(plan):
         entry["dtype"] = "|i1"
 
     refused(edited(plan, edit), "kernels.functions['3333", "uint8", REBUILD)
+
+
+def test_kernel_arrays_hold_the_bytes_their_names_say(plan):
+    def edit(h):
+        a, b = (next(e for e in h["arrays"] if e["name"] == _function(h, key)["cubin"]) for key in ("1" * 64, "3" * 64))
+        assert a["nbytes"] == b["nbytes"]
+        a["offset"], b["offset"] = b["offset"], a["offset"]
+
+    refused(edited(plan, edit), ".cubin", "sha256 is its name", REBUILD)
 
 
 def test_kernel_arrays_may_not_double_as_weights(plan):
@@ -201,7 +218,6 @@ def _fresh(args: list, cache, **kwargs) -> subprocess.CompletedProcess:
 
 @gpu
 def test_a_plan_loads_in_a_fresh_process_without_compiling(tmp_path):
-    binaries.clear()
     engine = _engine(1)  # Conv + Relu: a fused layer
     path = str(tmp_path / "m.plan")
     engine.save(path)

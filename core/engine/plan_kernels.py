@@ -3,10 +3,12 @@
 A plan's ``kernels`` header section maps each kernel's full key
 (:func:`plugrt.binaries.full_key`) to its entry point and two raw arrays, the cubin and
 the PTX, named by the sha256 of their bytes (``kernel/HEX``), so identical code is stored
-once, and covered by the plan's checksum like the weights::
+once, and covered by the plan's checksum like the weights. ``check`` binds a record to its
+key (:func:`plugrt.engine.plan_schema.kernel_record_check`), so that a record that moved
+under another key is refused, not run as the wrong kernel::
 
-    "kernels": {"arch": "sm_90a", "functions": {FULL_KEY: {"entry": NAME,
-                                                           "cubin": "kernel/HEX", "ptx": "kernel/HEX"}}}
+    "kernels": {"arch": "sm_90a", "functions": {FULL_KEY: {"entry": NAME, "cubin": "kernel/HEX",
+                                                           "ptx": "kernel/HEX", "check": HEX16}}}
 
 ``arch`` is the build GPU's architecture (``null`` with no functions, as in the simulator).
 The kernels stored are those of the profile's opt-shape specialization, the one every
@@ -24,6 +26,7 @@ import numpy as np
 
 from plugrt import binaries
 from plugrt.device import simulated
+from plugrt.engine.plan_schema import kernel_record_check
 from plugrt.kernel_cache import KernelBinary
 
 #: Raw arrays of kernel code are named ``kernel/`` + the sha256 of their bytes.
@@ -49,7 +52,8 @@ def encode(kernels: dict[str, KernelBinary], arch: str | None) -> tuple[dict, di
             name = ARRAY_PREFIX + hashlib.sha256(data).hexdigest()
             arrays.setdefault(name, np.frombuffer(data, np.uint8))
             names.append(name)
-        functions[key] = {"entry": binary.entry, "cubin": names[0], "ptx": names[1]}
+        functions[key] = {"entry": binary.entry, "cubin": names[0], "ptx": names[1],
+                          "check": kernel_record_check(key, binary.entry, *names)}
     return {"arch": arch if functions else None, "functions": functions}, arrays
 
 

@@ -11,6 +11,7 @@ is checked after this, by :mod:`plugrt.engine.plan_checks`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from typing import Any
@@ -257,10 +258,18 @@ _FULL_KEY = re.compile(r"[0-9a-f]{64}")
 _KERNEL_ARRAY = re.compile(r"kernel/[0-9a-f]{64}")
 
 
+def kernel_record_check(key: str, entry: str, cubin: str, ptx: str) -> str:
+    """What binds a kernels record to its key, so that a record copied under another key
+    (a damaged header whose checksum was recomputed) is refused. Not a signature: anyone
+    can recompute it, so a plan must still come from a trusted builder."""
+    return hashlib.sha256(f"{key}\0{entry}\0{cubin}\0{ptx}".encode("utf-8")).hexdigest()[:16]
+
+
 def _check_kernels(fields: Fields, kernels, arrays: dict, used: set) -> None:
-    """Compiled kernels (:mod:`plugrt.engine.plan_kernels`): full key -> entry point and
-    the cubin and PTX arrays (``kernel/SHA256``, uint8, one dimension; shared by identical
-    kernels); an architecture whenever there are functions."""
+    """Compiled kernels (:mod:`plugrt.engine.plan_kernels`): full key -> entry point, the
+    cubin and PTX arrays (uint8, one dimension, named ``kernel/`` + the sha256 of their
+    bytes; shared by identical kernels) and the record's check; an architecture whenever
+    there are functions."""
     fields.record(kernels, "kernels", ("arch", "functions"))
     functions = fields.mapping(kernels["functions"], "kernels.functions")
     arch = kernels["arch"]
@@ -271,7 +280,7 @@ def _check_kernels(fields: Fields, kernels, arrays: dict, used: set) -> None:
         path = f"kernels.functions[{_short(key)}]"
         if not _FULL_KEY.fullmatch(key):
             raise fields.fail(path, "named by a kernel's full key (64 hexadecimal digits)", key)
-        fields.record(entry, path, ("entry", "cubin", "ptx"))
+        fields.record(entry, path, ("entry", "cubin", "ptx", "check"))
         fields.text(entry["entry"], f"{path}.entry", empty=False)
         for part in ("cubin", "ptx"):
             name = entry[part]
@@ -281,7 +290,12 @@ def _check_kernels(fields: Fields, kernels, arrays: dict, used: set) -> None:
             if array.dtype != np.uint8 or array.ndim != 1 or (part == "cubin" and not array.size):
                 raise fields.fail(f"{path}.{part}", "a non-empty one-dimensional uint8 array" if part == "cubin"
                                   else "a one-dimensional uint8 array", f"{array.dtype}{list(array.shape)}")
+            if name not in used and hashlib.sha256(array.tobytes()).hexdigest() != name[len("kernel/"):]:
+                raise fields.fail(f"{path}.{part}", "an array whose bytes' sha256 is its name", name)
             used.add(name)
+        if entry["check"] != kernel_record_check(key, entry["entry"], entry["cubin"], entry["ptx"]):
+            raise fields.fail(f"{path}.check", "the check of this key, entry point, cubin and PTX (a record "
+                              "copied or edited under another key)", entry["check"])
 
 
 def _check_node(fields: Fields, node, path: str, keys: tuple, arrays: dict, used: set) -> None:
