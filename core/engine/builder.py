@@ -70,7 +70,7 @@ class Builder:
 
         config = config or BuilderConfig()
         cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()
-        tuner = Tuner(config, cache, measure=self.measure)
+        tuner = Tuner(config, cache, measure=self.measure, registry=self.registry)
         checked = self._check(model, config, tuner)
         graph, profile, max_graph, opt_graph = checked.graph, checked.profile, checked.max_graph, checked.opt_graph
         try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from plugrt.bindings import check_inputs
 from plugrt.device import simulated
-from plugrt.engine.specialization import Specialization, find_tactic  # noqa: F401 (find_tactic: re-export)
+from plugrt.engine.specialization import Specialization
 from plugrt.engine.staging import HostStaging
 from plugrt.errors import BindingError, PlugrtError
 from plugrt.launcher import stream_handle

@@ -31,7 +31,7 @@ from plugrt.device import describe as describe_device
 from plugrt.engine.graph_io import graph_from_json, graph_to_json
 from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_plan
 from plugrt.engine.profile import OptimizationProfile
-from plugrt.engine import plan_checks
+from plugrt.engine import plan_checks, plan_kernels
 from plugrt.engine.plan_schema import check_header
 from plugrt.errors import PlanError, PlugrtError
 from plugrt.fusion.op import body_nodes, is_fused
@@ -139,7 +139,11 @@ class Engine:
         write_plan(path, header, arrays)
 
     def _plan_content(self):
+        """The header and arrays of this engine's plan; on a GPU its opt-shape kernels
+        too (:mod:`plugrt.engine.plan_kernels`)."""
         graph_header, arrays = graph_to_json(self.graph)
+        kernels, kernel_arrays = plan_kernels.collect(self)
+        arrays.update(kernel_arrays)
         header = {
             "format": ENGINE_FORMAT,
             "plugrt_version": __version__,
@@ -151,6 +155,7 @@ class Engine:
                        "workspace_bytes": self.workspace_bytes},
             "shapes": self.shapes,
             "passes": self.passes,
+            "kernels": kernels,
         }
         return header, arrays
 
@@ -194,6 +199,7 @@ class Engine:
         plan_checks.check_shapes(header, opt_graph, max_graph, label)
         workspace = plan_checks.check_layers(layers, registry, opt_graph, max_graph, label)
         plan_checks.check_memory(header, layers, max_graph, workspace, label)
+        plan_kernels.supply(header.get("kernels"), arrays, label)
         return cls(graph, profile, layers, dict(memory["offsets"]), memory["arena_bytes"],
                    memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"])
 

@@ -11,7 +11,9 @@ is checked after this, by :mod:`plugrt.engine.plan_checks`.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -170,6 +172,8 @@ def check_array_table(table, label: str, blob_bytes: int) -> list[dict]:
 # ---------------------------------------------------------------------- the engine header
 
 _TOP = ("format", "plugrt_version", "device", "graph", "profiles", "layers", "memory", "shapes", "passes")
+#: Sections a plan may leave out (older plugrt wrote none).
+_TOP_OPTIONAL = ("kernels",)
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
@@ -179,11 +183,17 @@ _LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider")
 def check_header(header, arrays: dict, label: str) -> None:
     """The whole engine header, section by section (the array table is checked on decode)."""
     fields = Fields(label)
-    fields.record(header, "", _TOP)
+    fields.record(header, "", _TOP, _TOP_OPTIONAL)
     fields.text(header["format"], "format")
     fields.text(header["plugrt_version"], "plugrt_version")
     _check_device(fields, header["device"])
-    nodes = _check_graph(fields, header["graph"], arrays)
+    used: set = set()
+    nodes = _check_graph(fields, header["graph"], arrays, used)
+    if "kernels" in header:
+        _check_kernels(fields, header["kernels"], arrays, used)
+    unused = sorted(set(arrays) - used)
+    if unused:
+        raise fields.fail("arrays", f"used by the graph or the kernels, but array {unused[0]!r} is not", show=False)
     _check_profiles(fields, header["profiles"])
     _check_layers(fields, header["layers"], nodes)
     _check_memory(fields, header["memory"])
@@ -208,13 +218,13 @@ def _check_device(fields: Fields, device) -> None:
             fields.integer(part, f"device.compute_capability[{i}]")
 
 
-def _check_graph(fields: Fields, graph, arrays: dict) -> int:
-    """The network: values, nodes and attributes; every array used exactly where named."""
+def _check_graph(fields: Fields, graph, arrays: dict, used: set) -> int:
+    """The network: values, nodes and attributes; each array it names used once (noted in
+    ``used``)."""
     fields.record(graph, "graph", ("name", "opsets", "inputs", "outputs", "initializers", "nodes"))
     fields.text(graph["name"], "graph.name")
     for domain, version in fields.mapping(graph["opsets"], "graph.opsets").items():
         fields.integer(version, f"graph.opsets[{domain!r}]", 1)
-    used = set()
     for i, name in enumerate(fields.sequence(graph["initializers"], "graph.initializers")):
         fields.text(name, f"graph.initializers[{i}]", empty=False)
         if f"init/{name}" not in arrays or f"init/{name}" in used:
@@ -240,10 +250,52 @@ def _check_graph(fields: Fields, graph, arrays: dict) -> int:
                     fields.text(entry[key], f"{path}.{key}")
                 for key in ("distribution", "version"):
                     fields.optional_text(entry[key], f"{path}.{key}")
-    unused = sorted(set(arrays) - used)
-    if unused:
-        raise fields.fail("arrays", f"used by the graph, but array {unused[0]!r} is not", show=False)
     return len(nodes)
+
+
+_ARCH = re.compile(r"sm_[0-9]{2,3}[a-z]?")
+_FULL_KEY = re.compile(r"[0-9a-f]{64}")
+_KERNEL_ARRAY = re.compile(r"kernel/[0-9a-f]{64}")
+
+
+def kernel_record_check(key: str, entry: str, cubin: str, ptx: str) -> str:
+    """What binds a kernels record to its key, so that a record copied under another key
+    (a damaged header whose checksum was recomputed) is refused. Not a signature: anyone
+    can recompute it, so a plan must still come from a trusted builder."""
+    return hashlib.sha256(f"{key}\0{entry}\0{cubin}\0{ptx}".encode("utf-8")).hexdigest()[:16]
+
+
+def _check_kernels(fields: Fields, kernels, arrays: dict, used: set) -> None:
+    """Compiled kernels (:mod:`plugrt.engine.plan_kernels`): full key -> entry point, the
+    cubin and PTX arrays (uint8, one dimension, named ``kernel/`` + the sha256 of their
+    bytes; shared by identical kernels) and the record's check; an architecture whenever
+    there are functions."""
+    fields.record(kernels, "kernels", ("arch", "functions"))
+    functions = fields.mapping(kernels["functions"], "kernels.functions")
+    arch = kernels["arch"]
+    if (arch is not None or functions) and not (isinstance(arch, str) and _ARCH.fullmatch(arch)):
+        raise fields.fail("kernels.arch", "the GPU architecture the kernels were compiled for, such as 'sm_90a'"
+                          + ("" if functions else ", or null"), arch)
+    for key, entry in functions.items():
+        path = f"kernels.functions[{_short(key)}]"
+        if not _FULL_KEY.fullmatch(key):
+            raise fields.fail(path, "named by a kernel's full key (64 hexadecimal digits)", key)
+        fields.record(entry, path, ("entry", "cubin", "ptx", "check"))
+        fields.text(entry["entry"], f"{path}.entry", empty=False)
+        for part in ("cubin", "ptx"):
+            name = entry[part]
+            if not isinstance(name, str) or not _KERNEL_ARRAY.fullmatch(name) or name not in arrays:
+                raise fields.fail(f"{path}.{part}", "the name of a 'kernel/SHA256' array in the table", name)
+            array = arrays[name]
+            if array.dtype != np.uint8 or array.ndim != 1 or (part == "cubin" and not array.size):
+                raise fields.fail(f"{path}.{part}", "a non-empty one-dimensional uint8 array" if part == "cubin"
+                                  else "a one-dimensional uint8 array", f"{array.dtype}{list(array.shape)}")
+            if name not in used and hashlib.sha256(array.tobytes()).hexdigest() != name[len("kernel/"):]:
+                raise fields.fail(f"{path}.{part}", "an array whose bytes' sha256 is its name", name)
+            used.add(name)
+        if entry["check"] != kernel_record_check(key, entry["entry"], entry["cubin"], entry["ptx"]):
+            raise fields.fail(f"{path}.check", "the check of this key, entry point, cubin and PTX (a record "
+                              "copied or edited under another key)", entry["check"])
 
 
 def _check_node(fields: Fields, node, path: str, keys: tuple, arrays: dict, used: set) -> None:

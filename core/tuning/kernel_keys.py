@@ -1,14 +1,128 @@
 """Kernel keys: a string naming the code of a layer's kernels, for the kernel cache and plans.
 
-:func:`layer_key` names everything a layer's kernels can depend on; a launch's key is the
-layer key plus the launch's index (:class:`plugrt.launcher.PreparedLaunch`), and the
-kernel store adds the argument types and the GPU architecture.
+:func:`layer_key` is the sha256 of the canonical JSON of everything a layer's kernels can
+depend on:
+
+- plugrt's version and a fingerprint of its own sources (the fusion passes generate
+  kernels);
+- every plugin involved (the op's owner; each inner node's for a fused layer; the plugin
+  that contributed the tactic): name, distribution, version, and a fingerprint of the
+  ``.py`` sources of its top-level package, so that editing an editable install changes
+  the key;
+- the op (``domain::op_type``), opset and op version, the attributes (a fused layer's body
+  as the timing cache spells it, :func:`plugrt.tuning.timing_cache.fused_body`);
+- the input and output dtypes and concrete shapes, and the bytes of inputs known on the
+  host (up to :data:`HASHED_VALUE_BYTES`; larger weights by dtype and shape only);
+- the tactic: name, parameters, math and who contributed it.
+
+A launch's key is the layer key plus the launch's index
+(:class:`plugrt.launcher.PreparedLaunch`), and the kernel store adds the argument types,
+the architecture and the kernel itself (:func:`plugrt.binaries.full_key`). Fingerprints
+are computed once per process; keys are the same in every process.
 """
 
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pathlib
+import types
+from functools import lru_cache
+
+import numpy as np
+
+from plugrt import __version__
+from plugrt.fusion.op import body_nodes, is_fused
+from plugrt.tuning.timing_cache import canonical, canonical_json, fused_body
+
+#: Host-known input values up to this many bytes enter the key by their bytes.
+HASHED_VALUE_BYTES = 64 * 1024
 
 
 def layer_key(registry, node, graph, tactic) -> str | None:
     """The key of ``node``'s kernels under ``tactic`` at ``graph``'s concrete shapes, or
     ``None`` where the kernels cannot be named (they are then always compiled)."""
-    return None
+    try:
+        op = registry.op(node)
+        objects = [registry.pm.get_plugin(registry.owner(op).name), op]
+        names = [registry.owner(op).name]
+        if is_fused(node):
+            for part, entry in zip(body_nodes(node), node.attrs["body"]):
+                inner = registry.op(part)
+                objects += [registry.pm.get_plugin(registry.owner(inner).name), inner]
+                names.append(registry.owner(inner).name)
+        source = dict(tactic.source) if getattr(tactic, "source", None) else None
+        if source is not None:
+            objects.append(registry.pm.get_plugin(source["plugin"]))
+            names.append(source["plugin"])
+        plugins = {name: _plugin(registry.plugins[name]) for name in names}
+        packages = sorted({package_of(obj) for obj in objects if obj is not None} - {None})
+        sources = {package: package_fingerprint(package) for package in packages}
+    except Exception:  # noqa: BLE001 - an op or plugin this registry cannot name: no key
+        return None
+    if None in sources.values():
+        return None
+    return hashlib.sha256(canonical_json({
+        "plugrt": {"version": __version__, "sources": package_fingerprint("plugrt")},
+        "plugins": [plugins[name] for name in sorted(plugins)],
+        "sources": sources,
+        "op": {"op": node.qualified_op, "opset": int(node.opset), "version": op.version},
+        "attributes": {str(k): canonical(fused_body(node) if k == "body" and is_fused(node) else v)
+                       for k, v in node.attrs.items()},
+        "inputs": [_tensor(graph, name) for name in node.inputs],
+        "outputs": [_tensor(graph, name) for name in node.outputs],
+        "tactic": {"name": tactic.name, "params": canonical(dict(tactic.params)),
+                   "math": getattr(tactic, "math", ""), "source": canonical(source)},
+    }).encode("utf-8")).hexdigest()
+
+
+def _plugin(record) -> dict:
+    return {"name": record.name, "distribution": record.distribution, "version": record.version}
+
+
+def _tensor(graph, name: str):
+    if not name:
+        return None
+    info = graph.info(name)
+    entry = {"dtype": np.dtype(info.dtype).str, "shape": [int(d) for d in info.shape]}
+    if info.value is not None:
+        value = np.ascontiguousarray(info.value)
+        entry["value"] = (hashlib.sha256(value.tobytes()).hexdigest() if value.nbytes <= HASHED_VALUE_BYTES
+                          else "large")
+    return entry
+
+
+def package_of(obj) -> str | None:
+    """The top-level package whose code ``obj`` (a plugin module, or an op or plugin
+    object) comes from."""
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__
+    return module.split(".")[0] if module else None
+
+
+@lru_cache(maxsize=None)
+def package_fingerprint(package: str) -> str | None:
+    """sha256 over the relative paths and contents of a top-level package's ``.py`` files
+    (a single-module plugin: its file); ``None`` when its sources cannot be found."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    digest = hashlib.sha256()
+    if spec.submodule_search_locations:
+        files = []
+        for root in spec.submodule_search_locations:
+            base = pathlib.Path(root)
+            files += [(str(path.relative_to(base)), path) for path in base.rglob("*.py")
+                      if "__pycache__" not in path.parts]
+    elif spec.origin and spec.origin.endswith(".py") and os.path.isfile(spec.origin):
+        files = [(os.path.basename(spec.origin), pathlib.Path(spec.origin))]
+    else:
+        return None
+    for relative, path in sorted(files):
+        data = path.read_bytes()
+        digest.update(f"{relative}\0{len(data)}\0".encode("utf-8"))
+        digest.update(data)
+    return digest.hexdigest()

@@ -70,10 +70,13 @@ def cuda_event_median(run: TacticRun, warmup: int = WARMUP_RUNS, repeats: int = 
 class LayerBench:
     """One layer's inputs, outputs and workspace on the device (see the module doc)."""
 
-    def __init__(self, node, graph, workspace_bytes: int, seed: int = 0):
+    def __init__(self, node, graph, workspace_bytes: int, seed: int = 0, registry=None):
         from numba import cuda
 
         self.node = node
+        self.graph = graph
+        #: Names the tactics' kernels for the kernel cache (:mod:`plugrt.tuning.kernel_keys`).
+        self.registry = registry
         self.stream = cuda.stream()
         rng = np.random.default_rng(seed)
         one_set = sum(_nbytes(graph.info(n)) for n in list(node.inputs) + list(node.outputs)
@@ -100,9 +103,12 @@ class LayerBench:
         Exceptions from the tactic (preparing or running) propagate to the caller.
         """
         from plugrt.launcher import PreparedLaunch
+        from plugrt.tuning.kernel_keys import layer_key
 
         workspace = self.workspace[:tactic.workspace_bytes] if tactic.workspace_bytes else None
-        launches = [[PreparedLaunch(launch) for launch in tactic.launches(ins, outs, workspace)]
+        key = layer_key(self.registry, self.node, self.graph, tactic) if self.registry is not None else None
+        launches = [[PreparedLaunch(launch, None if key is None else f"{key}/{index}")
+                     for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
                     for ins, outs in zip(self.inputs, self.outputs)]
         run = TacticRun(tactic, self.node, launches, self.stream)
         run.enqueue(0)

@@ -55,7 +55,7 @@ def layer_key(node, graph, op, owner, device: dict) -> str:
     (whose registry record is ``owner``) on ``device`` (:func:`plugrt.device.describe`)."""
     return canonical_json({
         "op": {"domain": node.domain, "op_type": node.op_type, "opset": int(node.opset)},
-        "attributes": {str(k): _canonical(_fused_body(node) if k == "body" and is_fused(node) else v)
+        "attributes": {str(k): canonical(fused_body(node) if k == "body" and is_fused(node) else v)
                        for k, v in node.attrs.items()},
         "inputs": [_tensor(graph, name) for name in node.inputs],
         "outputs": [_tensor(graph, name) for name in node.outputs],
@@ -68,13 +68,13 @@ def layer_key(node, graph, op, owner, device: dict) -> str:
 def tactic_key(tactic) -> str:
     """The key of one tactic of a layer: its name and parameters, and for a contributed
     tactic its ``source`` (plugin, distribution and versions: an upgrade is timed again)."""
-    key = {"name": tactic.name, "params": _canonical(dict(tactic.params))}
+    key = {"name": tactic.name, "params": canonical(dict(tactic.params))}
     if getattr(tactic, "source", None):
-        key["source"] = _canonical(dict(tactic.source))
+        key["source"] = canonical(dict(tactic.source))
     return canonical_json(key)
 
 
-def _fused_body(node) -> list:
+def fused_body(node) -> list:
     """A fused layer's body as it is, less what only labels it: inner node names and ONNX
     origins go, and value names become their roles (``in0``: the layer's first input,
     ``out0``, ``v0``: the first inner value), so repeated blocks of a model share a key."""
@@ -107,7 +107,7 @@ def _tensor(graph, name: str):
     return entry
 
 
-def _canonical(value):
+def canonical(value):
     """Attribute values as JSON: arrays by dtype, shape and digest; tuples as lists."""
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
@@ -116,9 +116,9 @@ def _canonical(value):
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        return [canonical(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
+        return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogateescape")
     if value is None or isinstance(value, (int, float, str, bool)):

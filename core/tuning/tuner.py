@@ -78,10 +78,12 @@ class Tuner:
         tactics are timed (and verified) even in the CUDA simulator.
     :param device: the device the key names (default: :func:`plugrt.device.describe`).
     :param stream: where progress goes (default: stderr; only to a terminal).
+    :param registry: names timed tactics' kernels for the kernel cache (without one they
+        are compiled every build).
     """
 
     def __init__(self, config, cache: TimingCache | None = None, measure: Measure | None = None,
-                 device: dict | None = None, stream=None):
+                 device: dict | None = None, stream=None, registry=None):
         level = config.optimization_level
         if isinstance(level, bool) or not isinstance(level, int) or not HEURISTIC_LEVEL <= level <= EXHAUSTIVE_LEVEL:
             raise PlugrtError(f"optimization level {level!r} is not one of 0..5 (0: the plugins' first tactics, "
@@ -96,6 +98,7 @@ class Tuner:
         #: Tactics measured, and timings (failures included) recorded in the cache, so far.
         self.measured = 0
         self.recorded = 0
+        self.registry = registry
 
     def allowed(self, tactics) -> list:
         """The candidates: ``tactics`` in order, less TF32 ones when TF32 is off."""
@@ -145,7 +148,7 @@ class Tuner:
     def _time(self, node, graph, key: str, candidates: list, pending: list) -> None:
         """Verify and time ``pending`` against the reference; record the results."""
         workspace = max(int(t.workspace_bytes) for t in candidates)
-        bench = LayerBench(node, graph, workspace)
+        bench = LayerBench(node, graph, workspace, registry=self.registry)
         plain = [t for t in candidates if not uses_tf32(t)]
         reference = reference_run = reference_outputs = None
         for tactic in plain + [t for t in candidates if not _holds(plain, t)]:

@@ -1,0 +1,75 @@
+"""Compiled kernels inside plan files: what ``save`` stores and ``load`` hands the kernel store.
+
+A plan's ``kernels`` header section maps each kernel's full key
+(:func:`plugrt.binaries.full_key`) to its entry point and two raw arrays, the cubin and
+the PTX, named by the sha256 of their bytes (``kernel/HEX``), so identical code is stored
+once, and covered by the plan's checksum like the weights. ``check`` binds a record to its
+key (:func:`plugrt.engine.plan_schema.kernel_record_check`), so that a record that moved
+under another key is refused, not run as the wrong kernel::
+
+    "kernels": {"arch": "sm_90a", "functions": {FULL_KEY: {"entry": NAME, "cubin": "kernel/HEX",
+                                                           "ptx": "kernel/HEX", "check": HEX16}}}
+
+``arch`` is the build GPU's architecture (``null`` with no functions, as in the simulator).
+The kernels stored are those of the profile's opt-shape specialization, the one every
+execution context prepares first: saving on a GPU makes a context, which loads or compiles
+each kernel, and takes their binaries from the store. A plan without the section (older
+plugrt) loads and compiles its kernels. On a GPU of another architecture the kernels are
+compiled again from the installed plugins (:func:`plugrt.binaries.supply` warns once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from plugrt import binaries
+from plugrt.device import simulated
+from plugrt.engine.plan_schema import kernel_record_check
+from plugrt.kernel_cache import KernelBinary
+
+#: Raw arrays of kernel code are named ``kernel/`` + the sha256 of their bytes.
+ARRAY_PREFIX = "kernel/"
+
+
+def collect(engine) -> tuple[dict, dict[str, np.ndarray]]:
+    """The ``kernels`` section and its arrays for ``engine``'s plan; empty in the simulator."""
+    if simulated():
+        return {"arch": None, "functions": {}}, {}
+    with engine.create_execution_context(use_cuda_graph=False) as context:
+        keys = {launch.key for launch in context.current.launches if launch.key}
+    return encode(binaries.binaries_for(keys), binaries.current_arch())
+
+
+def encode(kernels: dict[str, KernelBinary], arch: str | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """``(section, arrays)`` for ``kernels`` (full key -> binary), identical code once."""
+    functions, arrays = {}, {}
+    for key in sorted(kernels):
+        binary = kernels[key]
+        names = []
+        for data in (binary.cubin, binary.ptx):
+            name = ARRAY_PREFIX + hashlib.sha256(data).hexdigest()
+            arrays.setdefault(name, np.frombuffer(data, np.uint8))
+            names.append(name)
+        functions[key] = {"entry": binary.entry, "cubin": names[0], "ptx": names[1],
+                          "check": kernel_record_check(key, binary.entry, *names)}
+    return {"arch": arch if functions else None, "functions": functions}, arrays
+
+
+def decode(section: dict | None, arrays: dict[str, np.ndarray]) -> tuple[dict[str, KernelBinary], str | None]:
+    """The binaries a (checked, :mod:`plugrt.engine.plan_schema`) section names, and their
+    architecture."""
+    if not section or not section["functions"]:
+        return {}, None
+    arch = section["arch"]
+    found = {key: KernelBinary(entry["entry"], arch, arrays[entry["cubin"]].tobytes(), arrays[entry["ptx"]].tobytes())
+             for key, entry in section["functions"].items()}
+    return found, arch
+
+
+def supply(section: dict | None, arrays: dict[str, np.ndarray], label: str) -> None:
+    """Hand a loaded plan's kernels to the kernel store."""
+    found, arch = decode(section, arrays)
+    if found:
+        binaries.supply(found, arch, label)
