@@ -188,6 +188,7 @@ class ExecutionContext:
     # ------------------------------------------------------------------ threads and lifetime
 
     def _using(self):
+        _cuda_context_current()
         if self._closed:
             raise PlugrtError("this execution context is closed; create another with "
                               "engine.create_execution_context()")
@@ -313,6 +314,20 @@ class ExecutionContext:
             self._specs.move_to_end(key)
         self.current = spec
         return spec
+
+
+_thread_state = threading.local()
+
+
+def _cuda_context_current() -> None:
+    """Raw driver calls need the CUDA context current on the calling thread: a request
+    thread's first call makes it so (through Numba, which runs on the primary context)."""
+    if not getattr(_thread_state, "ready", False):
+        if not simulated():
+            from numba import cuda
+
+            cuda.current_context()
+        _thread_state.ready = True
 
 
 class _Release:
