@@ -23,3 +23,6 @@ fi
 if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
   timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-400}" python3 benchmarks/gpu_run.py --out "$OUT" --parts "${PLUGRT_GPU_PARTS:-chain,gemm,conv,attention,pool,tuning,models}" 2>&1 | tail -60
 fi
+if [ "${PLUGRT_GPU_RUNTIME:-1}" = "1" ]; then  # issue 15's runtime figures (several minutes: builds, torch.compile)
+  timeout "${PLUGRT_GPU_RUNTIME_TIMEOUT:-540}" python3 benchmarks/runtime_bench.py --out "$OUT" ${PLUGRT_RUNTIME_ARGS:-} 2>&1 | tail -60
+fi

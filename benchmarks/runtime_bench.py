@@ -150,12 +150,31 @@ def plugrt_latency(engine, model: dict, batch: int) -> dict:
                 host.append(time.perf_counter() - started)
                 stream.synchronize()
             report[f"{label}_host_us"] = float(np.median(host) * 1e6)
+            if graphs and batch == 1:
+                report["graph_host_profile"] = _profile(call, stream.synchronize)
             report["kernels"] = len(ctx.current.launches)
             report[f"{label}_graph"] = ctx.current.cuda_graph is not None
             np.testing.assert_allclose(outs[model["output"]].copy_to_host(), spec_out[model["output"]], rtol=1e-5,
                                        atol=1e-5)
     report["host_budget_us"] = 30 + 1.5 * report["kernels"]
     return report
+
+
+def _profile(call, sync, calls: int = 300) -> str:
+    """Where a graph-replayed execute_async spends its host time (cProfile, top functions)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    for _ in range(calls):
+        profiler.enable()
+        call()
+        profiler.disable()
+        sync()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
+    return text.getvalue()[-3500:]
 
 
 def torch_latency(model: dict, batch: int, compile_too: bool) -> dict:
@@ -347,6 +366,8 @@ def main() -> int:
                       f"{b['eager_ms']:.3f} ms, compile {b.get('compile_ms', float('nan')):.3f} ms; host "
                       f"{b['graph_host_us']:.1f} us (direct {b['direct_host_us']:.1f}) for {b['kernels']} kernels, "
                       f"budget {b['host_budget_us']:.1f} us")
+        if "graph_host_profile" in entry.get("b1", {}):
+            print(entry["b1"]["graph_host_profile"][-1800:])
         for key in ("concurrency", "threads", "memory"):
             if key in entry:
                 print(f"  {key}: {entry[key]}")

@@ -99,7 +99,8 @@ def kernel_identity(kernel) -> str:
     if kernel is None:
         return ""
     func = getattr(kernel, "py_func", None)
-    parts = [getattr(func, "__module__", "?"), getattr(func, "__qualname__", type(kernel).__name__)]
+    parts = [str(getattr(func, "__module__", None) or "?"),
+             str(getattr(func, "__qualname__", None) or type(kernel).__name__)]
     for cell in getattr(func, "__closure__", None) or ():
         try:
             parts.append(_simple(cell.cell_contents))

@@ -106,7 +106,7 @@ class ExecutionContext:
                         target.copy_to_device(np.ascontiguousarray(value, target.dtype), stream=stream)
                     results[name] = target if target is not None else np.array(value)
                 elif target is not None:
-                    if spec.bound.get(name) != _address(target) and value.size:
+                    if name not in spec.in_place and value.size:
                         target.copy_to_device(value, stream=stream)
                     results[name] = target
                 else:
@@ -143,10 +143,10 @@ class ExecutionContext:
         self._order_after_last_run(stream)
         for name, view in spec.input_views.items():
             source = feeds[name]
-            if spec.can_bind(name, source):
-                spec.bind(name, source)
-                continue
             if name in spec.slots:
+                if spec.can_bind(name, source):
+                    spec.bind(name, source)
+                    continue
                 spec.bind(name, None)
             if not view.size:
                 continue
@@ -172,10 +172,15 @@ class ExecutionContext:
                 raise BindingError(f"output binding {name!r}: expected a device array of {np.dtype(value.dtype)}"
                                    f"{list(shape)}, got {np.dtype(array.dtype)}{list(array.shape)}")
             given[name] = array
+        spec.in_place = set()
         for name in spec.slots:
             if name in spec.outputs and name not in spec.input_views:
                 target = given.get(name)
-                spec.bind(name, target if target is not None and spec.can_bind(name, target) else None)
+                if target is not None and spec.can_bind(name, target):
+                    spec.bind(name, target)
+                    spec.in_place.add(name)
+                else:
+                    spec.bind(name, None)
         return given
 
     def _order_after_last_run(self, stream) -> None:
@@ -210,7 +215,9 @@ class ExecutionContext:
         self.arena = self.workspace = None
         self._io.clear()
         self._staging.close()
-        self._capture_stream = None
+        if self._capture_stream is not None:
+            self._capture_stream.close()
+            self._capture_stream = None
 
     def __enter__(self) -> "ExecutionContext":
         return self
@@ -234,11 +241,11 @@ class ExecutionContext:
         return buffer[:nbytes].view(info.dtype).reshape(shape)
 
     def capture_stream_handle(self) -> int:
-        from numba import cuda
-
+        """The context's capture stream: non-blocking, so that another thread's copies on
+        the legacy default stream never join a capture in progress."""
         if self._capture_stream is None:
-            self._capture_stream = cuda.stream()
-        return stream_handle(self._capture_stream)
+            self._capture_stream = _NonBlockingStream()
+        return self._capture_stream.handle
 
     def make_room_for_graph(self, spec: Specialization) -> None:
         """Drop the least recently used graphs so that ``spec``'s fits in the bound."""
@@ -319,6 +326,23 @@ class ExecutionContext:
 _thread_state = threading.local()
 
 
+class _NonBlockingStream:
+    def __init__(self):
+        from cuda.bindings import driver as drv
+
+        err, self._stream = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise PlugrtError(f"cuStreamCreate failed: {err}")
+        self.handle = int(self._stream)
+
+    def close(self) -> None:
+        from cuda.bindings import driver as drv
+
+        if self._stream is not None:
+            drv.cuStreamDestroy(self._stream)
+            self._stream = None
+
+
 def _cuda_context_current() -> None:
     """Raw driver calls need the CUDA context current on the calling thread: a request
     thread's first call makes it so (through Numba, which runs on the primary context)."""
@@ -355,7 +379,7 @@ def _as_bindable(name: str, value):
             raise BindingError(f"input binding {name!r}: got an array of dtype {array.dtype}, which no model input "
                                "has; pass a numeric or bool NumPy array")
         return array
-    if hasattr(value, "__cuda_array_interface__"):
+    if hasattr(value, "__cuda_array_interface__") and not isinstance(value, _device_array_type()):
         try:
             value = cuda.as_cuda_array(value)
         except Exception as exc:  # an interface Numba cannot map (bad typestr, strides, pointer)
@@ -367,6 +391,12 @@ def _as_bindable(name: str, value):
         return value
     raise BindingError(f"input binding {name!r}: expected a NumPy array or a CUDA array "
                        f"(__cuda_array_interface__), got {type(value).__name__}")
+
+
+def _device_array_type():
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray
 
 
 def _as_device(name: str, value):
@@ -385,11 +415,6 @@ def _as_device(name: str, value):
     if not value.is_c_contiguous():
         raise BindingError(f"output binding {name!r}: the device array must be C-contiguous")
     return value
-
-
-def _address(array) -> int:
-    interface = getattr(array, "__cuda_array_interface__", None)
-    return int(interface["data"][0] or 0) if interface is not None else id(array)
 
 
 def _host(value) -> np.ndarray:

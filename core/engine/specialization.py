@@ -79,8 +79,9 @@ class Specialization:
         self.raw = bool(self.launches) and all(launch.raw for launch in self.launches)
         self.slots = self._binding_slots() if self.raw else {}
         self.bound = {name: _address(view) for name, view in self.io.items()} if self.raw else {}
-        #: Output buffers the caller gave for the run being enqueued.
+        #: Output buffers the caller gave for the run being enqueued, and those bound in place.
         self.given_outputs: dict = {}
+        self.in_place: set = set()
         self._holding: dict = {}
         self.runs = 0
         self.cuda_graph = None
@@ -119,13 +120,14 @@ class Specialization:
 
     def can_bind(self, name: str, array) -> bool:
         """Whether ``array`` (a C-contiguous device array) can stand in for binding ``name``."""
-        if name not in self.slots or not hasattr(array, "__cuda_array_interface__"):
+        if name not in self.slots or array.size == 0:
             return False
-        return _address(array) % BIND_ALIGNMENT == 0 and array.size > 0
+        address = _device_address(array)
+        return address is not None and address % BIND_ALIGNMENT == 0
 
     def bind(self, name: str, array=None) -> None:
         """Point binding ``name`` at ``array`` (``None``: back at the context's own buffer)."""
-        address = _address(self.io[name] if array is None else array)
+        address = _device_address(self.io[name] if array is None else array)
         if self.bound[name] == address:
             return
         graph = self.cuda_graph
@@ -218,6 +220,15 @@ def _bindable(graph) -> list[str]:
         if name not in names and (info.value is None or name in graph.inputs) and graph.values[name].const is None:
             names.append(name)
     return names
+
+
+def _device_address(array) -> int | None:
+    """A device array's data address (Numba's arrays without building their interface)."""
+    pointer = getattr(array, "device_ctypes_pointer", None)
+    if pointer is not None:
+        return int(pointer.value or 0)
+    interface = getattr(array, "__cuda_array_interface__", None)
+    return None if interface is None else int(interface["data"][0] or 0)
 
 
 def _address(array) -> int:
