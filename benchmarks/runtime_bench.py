@@ -68,7 +68,15 @@ def export_models(work: str, names: list[str]) -> dict:
         else:
             from transformers import BertConfig, BertModel
 
-            model = BertModel(BertConfig(), add_pooling_layer=False).eval()
+            class Bert(torch.nn.Module):  # input_ids in, last_hidden_state out (keywords for transformers 5)
+                def __init__(self):
+                    super().__init__()
+                    self.bert = BertModel(BertConfig(), add_pooling_layer=False)
+
+                def forward(self, input_ids):
+                    return self.bert(input_ids=input_ids).last_hidden_state
+
+            model = Bert().eval()
             example, input_name, output_name = torch.randint(0, 30522, (1, SEQ)), "input_ids", "last_hidden_state"
         with torch.no_grad():
             torch.onnx.export(model, (example,), path, input_names=[input_name], output_names=[output_name],
