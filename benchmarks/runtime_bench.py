@@ -207,7 +207,7 @@ def torch_latency(model: dict, batch: int, compile_too: bool) -> dict:
     return report
 
 
-def concurrency(engine, model: dict, contexts: int, seconds: float = 3.0) -> dict:
+def concurrency(engine, model: dict, contexts: int, seconds: float = 3.0, graphs: bool = True) -> dict:
     from numba import cuda
 
     x = feeds_for(model, 1)
@@ -215,14 +215,16 @@ def concurrency(engine, model: dict, contexts: int, seconds: float = 3.0) -> dic
     start, stop = threading.Barrier(contexts + 1), threading.Event()
 
     def worker(i):
-        ctx = engine.create_execution_context()
+        ctx = engine.create_execution_context(use_cuda_graph=graphs)
         feed = cuda.to_device(x)
+        first = ctx.execute({model["input"]: x})
+        outs = {name: cuda.device_array(v.shape, v.dtype) for name, v in first.items()}  # a server's buffers
         for _ in range(3):
-            ctx.execute_async({model["input"]: feed})
+            ctx.execute_async({model["input"]: feed}, outputs=outs)
         ctx.stream.synchronize()
         start.wait()
         while not stop.is_set():
-            ctx.execute_async({model["input"]: feed})
+            ctx.execute_async({model["input"]: feed}, outputs=outs)
             ctx.stream.synchronize()
             counts[i] += 1
         ctx.close()
@@ -343,12 +345,12 @@ def main() -> int:
                 entry[f"b{batch}"] = {**plugrt_latency(engine, model, batch),
                                       **torch_latency(model, batch, not args.no_torch_compile)}
                 save()
+        if "concurrency" in parts:
+            one = concurrency(engine, model, 1)
+            four = concurrency(engine, model, 4)
+            entry["concurrency"] = {"one": one, "four": four, "ratio": four["per_second"] / one["per_second"]}
+            save()
         if name == "resnet50":
-            if "concurrency" in parts:
-                one = concurrency(engine, model, 1)
-                four = concurrency(engine, model, 4)
-                entry["concurrency"] = {"one": one, "four": four, "ratio": four["per_second"] / one["per_second"]}
-                save()
             if "threads" in parts:
                 entry["threads"] = threads_bit_identical(engine, model, requests=args.requests)
                 save()

@@ -333,3 +333,13 @@ def test_torch_and_cupy_streams_and_tensors(engine):
             out = ctx.execute_async({"x": feed}, stream=stream)
         stream.synchronize()
         _check(out, x)
+    cupy = pytest.importorskip("cupy")
+    with engine.create_execution_context() as ctx:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        x = _x(2, 8)
+        feed = cupy.asarray(x)
+        outs = {"y": cupy.empty((2, 3), np.float32), "z": cupy.empty((2, 3), np.float32)}
+        for _ in range(3):
+            ctx.execute_async({"x": feed}, stream=stream, outputs=outs)
+        stream.synchronize()
+        _check({name: cupy.asnumpy(value) for name, value in outs.items()}, x)

@@ -115,6 +115,8 @@ class ExecutionContext:
                         out.copy_to_device(value, stream=stream)
                     results[name] = out
             self._done.record(stream)
+            for name in given:  # the caller's own objects (a CuPy or PyTorch array stays one)
+                results[name] = outputs[name]
             return results
 
     def copy_inputs(self, feeds: Mapping[str, object], stream=None) -> Specialization:
