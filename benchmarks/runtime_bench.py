@@ -243,7 +243,6 @@ def concurrency(engine, model: dict, contexts: int, seconds: float = 3.0, graphs
 
 
 def threads_bit_identical(engine, model: dict, threads: int = 8, requests: int = 1000) -> dict:
-    from numba import cuda
 
     from plugrt.engine import ContextPool
 

@@ -64,9 +64,7 @@ class Builder:
 
     def build_engine(self, model, config: BuilderConfig | None = None) -> Engine:
         """Build an engine from an ONNX model (path, bytes, ModelProto) or a :class:`Graph`."""
-        from plugrt.onnx.importer import import_model
 
-        from plugrt.passes import optimize
 
         config = config or BuilderConfig()
         cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()

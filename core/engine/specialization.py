@@ -20,7 +20,6 @@ from typing import Mapping
 
 import numpy as np
 
-from plugrt.device import simulated
 from plugrt.engine.graphs import capture
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
