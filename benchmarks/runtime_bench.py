@@ -298,9 +298,12 @@ def bench_cli(plan: str, model: dict, out: str) -> dict:
     report = {}
     for streams in (1, 4):
         path = os.path.join(out, f"bench_{streams}.json")
+        profile = ["--dump-profile"] if streams == 1 else []  # which layers a batch-1 query spends its time in
         done = subprocess.run([sys.executable, "-m", "plugrt", "bench", plan, "--shapes",
                                f"{model['input']}:1x{model['shape']}", "--streams", str(streams), "--duration", "2",
-                               "--json", path, "--force", "--no-progress"], capture_output=True, text=True)
+                               "--json", path, "--force", "--no-progress", *profile], capture_output=True, text=True)
+        with open(os.path.join(out, f"bench_{streams}.txt"), "w") as f:
+            f.write(done.stdout + done.stderr)
         report[f"streams_{streams}"] = {"rc": done.returncode, "stdout": done.stdout[-1500:],
                                         "stderr": done.stderr[-800:]}
     return report
@@ -348,6 +351,9 @@ def main() -> int:
             one = concurrency(engine, model, 1)
             four = concurrency(engine, model, 4)
             entry["concurrency"] = {"one": one, "four": four, "ratio": four["per_second"] / one["per_second"]}
+            for contexts in (2, 8):  # the scaling around the figure
+                entry["concurrency"][f"ratio_{contexts}"] = concurrency(engine, model, contexts)["per_second"] \
+                    / one["per_second"]
             save()
         if name == "resnet50":
             if "threads" in parts:
@@ -383,6 +389,7 @@ def main() -> int:
         if "bench_cli" in entry:
             for streams, result in entry["bench_cli"].items():
                 print(f"  plugrt bench {streams}: rc {result['rc']}\n{result['stdout'][-700:]}")
+                print(f"  (whole output: bench_{streams[len('streams_'):]}.txt)")
     return 0
 
 

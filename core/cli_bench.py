@@ -14,6 +14,8 @@ from plugrt.paths import ONNX, PLAN, check_distinct, check_input, check_output, 
 
 #: What :func:`plugrt.paths.file_kind` calls a JSON file that is no timing cache: ``--json``'s kind.
 JSON_REPORT = "a JSON file"
+#: Layers ``--dump-profile`` prints (the slowest).
+PROFILE_ROWS = 25
 
 
 def add_bench_command(commands) -> None:
@@ -43,6 +45,10 @@ def add_bench_command(commands) -> None:
     bench.add_argument("--no-cuda-graph", action="store_true", help="launch kernels directly, no CUDA graph replay")
     bench.add_argument("--no-data-transfers", action="store_true",
                        help="inputs copied in once from device arrays, outputs left on the device: time the compute")
+    bench.add_argument("--dump-profile", action="store_true",
+                       help="after the timed queries, a separate profiling run: each layer's median GPU time (CUDA "
+                            "events between layers, direct launches), its kernels and blocks; prints the slowest "
+                            f"{PROFILE_ROWS} layers (--json has them all)")
     bench.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
     add_build_options(bench.add_argument_group("build options (for a model; --no-progress, -v and --force apply "
                                                "to any bench)"))
@@ -73,6 +79,12 @@ def cmd_bench(args) -> int:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
     print_report(args.target, report)
+    if args.dump_profile:
+        from plugrt.bench import random_feeds
+        from plugrt.layer_profile import print_profile, profile_json, profile_layers
+
+        report["profile"] = profile_json(profile_layers(engine, random_feeds(engine, shapes)))
+        print_profile(report["profile"], PROFILE_ROWS)
     if args.json is not None:
         write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())
     return 0

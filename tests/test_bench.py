@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from plugrt.device import simulated
 
@@ -217,3 +217,44 @@ def test_bench_refuses_what_is_neither_plan_nor_model(tmp_path, capsys):
     np.savez(tmp_path / "in.npz", x=np.ones(3))
     assert main(["bench", str(tmp_path / "in.npz"), *FAST]) == 2
     assert "name a plan file or an .onnx model" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- --dump-profile
+
+
+def two_layer_model():
+    """Softmax(x @ w): two layers fusion leaves apart."""
+    w = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Softmax", ["m"], ["y"])],
+                              "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_dump_profile_times_every_layer(tmp_path, capsys):
+    model = tmp_path / "two.onnx"
+    model.write_bytes(two_layer_model().SerializeToString())
+    report, out = bench_json([str(model), "--dump-profile", "--optimization-level", "0", *FAST], tmp_path, capsys)
+    profile = report["profile"]
+    engine_layers = [layer["name"] for layer in profile["layers"]]
+    assert len(engine_layers) == 2 and len(set(engine_layers)) == 2
+    assert [layer["op"] for layer in profile["layers"]] == ["MatMul", "Softmax"]
+    for layer in profile["layers"]:
+        assert layer["kernels"] >= 1 and layer["blocks"] >= layer["kernels"] and layer["threads"] >= layer["blocks"]
+        assert layer["median_ms"] > 0 and layer["tactic"] and layer["plugin"]
+    assert sum(layer["percent"] for layer in profile["layers"]) == pytest.approx(100.0)
+    assert profile["total_median_ms"] == pytest.approx(sum(layer["median_ms"] for layer in profile["layers"]))
+    assert profile["runs"] == 20
+    assert "per-layer profile" in out and engine_layers[0] in out
+
+
+def test_profile_layers_from_python(files):
+    from plugrt.layer_profile import profile_layers
+
+    engine = Engine.load(str(files / "dyn.plan"))
+    rows = profile_layers(engine, random_feeds(engine, {"x": (3, 3)}), runs=2)
+    assert [row.name for row in rows] == [engine.graph.nodes[layer.node_index].name for layer in engine.layers]
+    assert all(len(row.times_ms) == 2 and row.median_ms > 0 for row in rows)
+    with pytest.raises(PlugrtError, match="profile runs"):
+        profile_layers(engine, random_feeds(engine), runs=0)
