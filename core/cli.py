@@ -17,7 +17,7 @@ import sys
 from plugrt import API_VERSION, __version__
 from plugrt.cli_bench import add_bench_command
 from plugrt.cli_options import (FORCE_HELP, add_build_options, add_profile, add_shape_options, build_engine,
-                                check_timing_cache, kernel_report)
+                                check_timing_cache, kernel_report, precision_report)
 from plugrt.errors import PlugrtError
 from plugrt.files import write_atomically
 from plugrt.paths import (NPZ, PLAN, TIMING_CACHE, check_distinct, check_input, check_model_input, check_new_folder,
@@ -250,6 +250,8 @@ def cmd_build(args) -> int:
     print(f"built {args.output}: {len(report['layers'])} layers, {len(report['host_nodes'])} host nodes; "
           f"weights {report['memory']['weights_bytes']} B, arena {report['memory']['arena_bytes']} B, "
           f"workspace {report['memory']['workspace_bytes']} B")
+    for line in precision_report(engine):
+        print(line)
     if line := kernel_report():
         print(line)
     return 0

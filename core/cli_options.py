@@ -35,6 +35,21 @@ def add_build_options(parser) -> None:
                         help="0: each plugin's first tactic, untimed; 1, 2, 3, 4: time the first 2, 3, 3, 6 "
                              "tactics of each layer; 5: time all (default 3)")
     parser.add_argument("--no-tf32", action="store_true", help="no TF32 tensor-core tactics for float32 layers")
+    precision = parser  # (bench passes a group already: groups do not nest)
+    precision.add_argument("--fp16", action="store_true",
+                           help="let each layer run in FP16 where its plugin can and it is faster (FP32 otherwise); "
+                                "engine inputs and outputs keep the model's dtypes")
+    precision.add_argument("--layer-precision", action="append", default=[], metavar="NAME:PRECISION",
+                           help="run ONNX node NAME (the layer holding it) in fp32 or fp16 (repeatable; "
+                                "comma-separated lists work too)")
+    precision.add_argument("--precision-constraints", choices=("prefer", "obey", "none"), default=None,
+                           help="how --layer-precision binds: prefer (default: followed where the layer's plugin "
+                                "can, else a warning), obey (else the build fails), none (ignored)")
+    precision.add_argument("--strongly-typed", action="store_true",
+                           help="build the model exactly as typed (an FP16 model runs in FP16); no --fp16 or "
+                                "--layer-precision with it")
+    precision.add_argument("--no-accuracy-check", action="store_true",
+                           help="skip the build's check of an FP16 engine against the model's reference")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--kernel-cache", metavar="DIR",
                        help="the folder of compiled kernels kept between builds (default: $PLUGRT_KERNEL_CACHE, "
@@ -50,7 +65,9 @@ def add_build_options(parser) -> None:
 BUILD_ONLY = (("min_shapes", "--min-shapes", ""), ("opt_shapes", "--opt-shapes", ""), ("max_shapes", "--max-shapes", ""),
               ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
-              ("no_tf32", "--no-tf32", False))
+              ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
+              ("precision_constraints", "--precision-constraints", None), ("strongly_typed", "--strongly-typed", False),
+              ("no_accuracy_check", "--no-accuracy-check", False))
 
 
 def given_build_options(args) -> list[str]:
@@ -106,9 +123,50 @@ def build_engine(args, model, run_shapes: dict | None = None):
     use_kernel_cache(args)
     config = BuilderConfig(fusion=not args.no_fusion, disabled_passes=set(args.disable_pass),
                            optimization_level=args.optimization_level, tf32=not args.no_tf32,
-                           timing_cache=args.timing_cache, progress=not args.no_progress)
+                           timing_cache=args.timing_cache, progress=not args.no_progress, fp16=args.fp16,
+                           layer_precisions=parse_layer_precisions(args.layer_precision),
+                           precision_constraints=args.precision_constraints or "prefer",
+                           strongly_typed=args.strongly_typed, accuracy_check=not args.no_accuracy_check)
     add_profile(config, args, run_shapes)
     return Builder().build_engine(model, config)
+
+
+def parse_layer_precisions(items: list[str]) -> dict[str, str]:
+    """``--layer-precision`` values (``NAME:fp32``, repeatable, or comma-separated) ->
+    ``{name: precision}``. A node name may itself hold ``:``; the last one splits."""
+    found: dict[str, str] = {}
+    for item in items:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            name, sep, precision = part.rpartition(":")
+            if not sep or not name or precision not in ("fp32", "fp16"):
+                raise PlugrtError(f"--layer-precision {part!r}: give NAME:fp32 or NAME:fp16 (an ONNX node name, "
+                                  "as `plugrt inspect --json` lists them under onnx_nodes)")
+            if found.get(name, precision) != precision:
+                raise PlugrtError(f"--layer-precision: node {name!r} is given both {found[name]} and {precision}")
+            found[name] = precision
+    return found
+
+
+def precision_report(engine) -> list[str]:
+    """What ``plugrt build`` prints about precisions: layer counts and the accuracy check."""
+    info = engine.precision
+    if info is None:
+        return []
+    counts: dict[str, int] = {}
+    for layer in engine.inspect()["layers"]:
+        counts[layer["precision"]] = counts.get(layer["precision"], 0) + 1
+    lines = ["precision: " + ", ".join(f"{count} {name}" for name, count in sorted(counts.items())) + " layers"]
+    for fallback in info["fallbacks"]:
+        lines.append(f"  {fallback['layer']}: {fallback['reason']}")
+    accuracy = info["accuracy"]
+    if accuracy is not None:
+        errors = ", ".join(f"{name} {_error(error)}" for name, error in accuracy["outputs"].items())
+        lines.append(f"accuracy against the model's reference at opt shapes (relative error): {errors}")
+    return lines
+
+
+def _error(error) -> str:
+    return error if isinstance(error, str) else f"{error:.3g}"
 
 
 def use_kernel_cache(args) -> None:

@@ -6,7 +6,7 @@ calibration and layer-wise comparison (``keep_intermediates``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -29,8 +29,10 @@ class ReferenceExecutor:
         self._ops = [registry.op(node) for node in graph.nodes]
         self._last_use = _last_uses(graph)
 
-    def run(self, feeds: Mapping[str, np.ndarray], keep_intermediates: bool = False) -> dict[str, np.ndarray]:
-        """Run the graph; return the graph outputs (and every value if asked)."""
+    def run(self, feeds: Mapping[str, np.ndarray], keep_intermediates: bool = False,
+            observe: Callable | None = None) -> dict[str, np.ndarray]:
+        """Run the graph; return the graph outputs (and every value if asked).
+        ``observe(node, outputs)`` sees each node's results as they are made."""
         graph = self.graph
         feeds = {name: np.asarray(array) for name, array in feeds.items()}
         check_inputs({name: graph.values[name].info for name in graph.inputs}, feeds)
@@ -56,6 +58,8 @@ class ReferenceExecutor:
             for name, result in zip(node.outputs, results):
                 if name:
                     env[name] = np.asarray(result)
+            if observe is not None:
+                observe(node, [env[name] for name in node.outputs if name])
             if not keep_intermediates:
                 for name in node.inputs:
                     if name and self._last_use.get(name) == index and name not in keep and name in env:

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
+from plugrt.engine.accuracy import check_accuracy
 from plugrt.engine.memory import MAX_ARENA_BYTES, liveness, plan_memory, value_shapes
+from plugrt.engine.precision import assign_precisions
+from plugrt.engine.precision import check_config as check_precision_config
 from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profile
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.errors import PlugrtError, ShapeError, UnsupportedError
@@ -38,6 +41,7 @@ class Checked:
     opt_graph: Graph
     found: list
     passes: list
+    precision: object = None
 
 
 class Builder:
@@ -69,7 +73,7 @@ class Builder:
         config = config or BuilderConfig()
         cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()
         tuner = Tuner(config, cache, measure=self.measure, registry=self.registry)
-        checked = self._check(model, config, tuner)
+        checked = self._check(model, config, tuner, timed=True)
         graph, profile, max_graph, opt_graph = checked.graph, checked.profile, checked.max_graph, checked.opt_graph
         try:
             layers = self._choose_layers(checked.found, tuner)
@@ -86,9 +90,14 @@ class Builder:
                               f"max_workspace_bytes {config.max_workspace_bytes}; raise the limit")
         log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
                  len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
-        return Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                      shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
-                      passes=[result.as_json() for result in checked.passes])
+        engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
+                        shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
+                        passes=[result.as_json() for result in checked.passes])
+        report = checked.precision
+        if report is not None and (report.decisions or config.strongly_typed):
+            accuracy = check_accuracy(engine, report) if config.accuracy_check else None
+            engine.precision = report.as_json(config, accuracy)
+        return engine
 
     def check_model(self, model, config: BuilderConfig | None = None, dynamic_dim: int | None = None) -> Checked:
         """Everything :meth:`build_engine` checks before it times tactics: import, the
@@ -116,22 +125,33 @@ class Builder:
             model = graph
         return self._check(model, config, Tuner(config, TimingCache()))
 
-    def _check(self, model, config: BuilderConfig, tuner: Tuner) -> Checked:
+    def _check(self, model, config: BuilderConfig, tuner: Tuner, timed: bool = False) -> Checked:
+        """``timed``: the precision step may time tactics (a build, not a check)."""
         from plugrt.onnx.importer import import_model
         from plugrt.passes import optimize
 
+        check_precision_config(config)
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
         profile = resolve_profile(graph, config)
         values = profile.shape_values
         graph.sample_inputs = [({n: s[i] for n, s in profile.shapes.items()}, values) for i in range(3)]
         imported = len(graph.nodes)
-        passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes)
+        model_nodes = {node.name for node in graph.nodes}
+        report = []
+
+        def precision(g: Graph) -> int:
+            report.append(assign_precisions(g, self.registry, config, tuner if timed else None, profile, model_nodes,
+                                             check_range=timed))
+            return len(report[-1].decisions)
+
+        passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
+                          precision=precision)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
         found = self._candidates(max_graph, opt_graph, tuner)
         _check_memory(_plan(max_graph, [entry[0] for entry in found]).arena_bytes, profile)
-        return Checked(graph, profile, max_graph, opt_graph, found, passes)
+        return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None)
 
     def _tactics(self, op, node, graph: Graph) -> list:
         """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""

@@ -39,6 +39,8 @@ from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
 
 ENGINE_FORMAT = "plugrt-engine/1"
+#: Every layer's tensor format for now: linear (NCHW, row-major).
+LINEAR = "linear"
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ class Engine:
 
     def __init__(self, graph, profile: OptimizationProfile, layers: list[LayerRecord], offsets: dict[str, int],
                  arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None,
-                 passes: list | None = None):
+                 passes: list | None = None, precision: dict | None = None):
         self.graph = graph
         self.profile = profile
         self.layers = layers
@@ -80,6 +82,10 @@ class Engine:
         self.device = device or describe_device()
         #: What each graph pass did at build time (``PassResult.as_json``).
         self.passes = passes or []
+        #: What the precision step chose, and the build's accuracy check
+        #: (:meth:`plugrt.engine.precision.PrecisionReport.as_json`); ``None``: every layer
+        #: as the model typed it.
+        self.precision = precision
         self._weights = None
         self._lock = threading.Lock()
 
@@ -157,6 +163,8 @@ class Engine:
             "passes": self.passes,
             "kernels": kernels,
         }
+        if self.precision is not None:
+            header["precision"] = self.precision
         return header, arrays
 
     @classmethod
@@ -201,7 +209,8 @@ class Engine:
         plan_checks.check_memory(header, layers, max_graph, workspace, label)
         plan_kernels.supply(header.get("kernels"), arrays, label)
         return cls(graph, profile, layers, dict(memory["offsets"]), memory["arena_bytes"],
-                   memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"])
+                   memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"],
+                   header.get("precision"))
 
     # ------------------------------------------------------------------ inspection
 
@@ -218,7 +227,7 @@ class Engine:
                 "distribution": layer.distribution, "tactic": layer.tactic["name"], "params": layer.tactic["params"],
                 "inputs": {n: format_shape(opt.get(n, self._shape(n))) for n in node.inputs if n},
                 "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
-                "precision": str(self.graph.info(outs[0]).dtype) if outs else "",
+                "precision": self._precision(node, outs), "format": LINEAR,
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
                 "time_ms": layer.time_ms, "runner_up": layer.runner_up,
                 "tactic_provider": layer.tactic_provider,
@@ -239,6 +248,7 @@ class Engine:
             "host_nodes": host,
             "plugins": self.plugins(),
             "passes": self.passes,
+            "precision": self.precision,
             "memory": {"weights_bytes": self.weight_bytes, "arena_bytes": self.arena_bytes,
                        "workspace_bytes": self.workspace_bytes},
         }
@@ -267,6 +277,24 @@ class Engine:
                     note(entry.get("plugin"), entry.get("distribution"), entry.get("version"), part,
                          entry.get("op_version"))
         return [found[name] for name in sorted(found)]
+
+    def _precision(self, node, outs: list) -> str:
+        """The layer's precision: what the precision step chose for the ONNX nodes it runs
+        (``mixed`` when they differ, ``reformat`` for an inserted Cast alone), else its
+        first output's dtype (``fp32``, ``fp16``, ``int64``...)."""
+        chosen = (self.precision or {}).get("decisions", {})
+        found = {chosen[name] for name in node.origin or (node.name,) if name in chosen}
+        compute = found - {"reformat"}
+        if len(compute) == 1:
+            return compute.pop()
+        if compute:
+            return "mixed"
+        if found:
+            return "reformat"
+        if not outs:
+            return ""
+        dtype = self.graph.info(outs[0]).dtype
+        return {"float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(dtype.name, dtype.name)
 
     def _shape(self, name: str):
         info = self.graph.info(name)

@@ -173,7 +173,9 @@ def check_array_table(table, label: str, blob_bytes: int) -> list[dict]:
 
 _TOP = ("format", "plugrt_version", "device", "graph", "profiles", "layers", "memory", "shapes", "passes")
 #: Sections a plan may leave out (older plugrt wrote none).
-_TOP_OPTIONAL = ("kernels",)
+_TOP_OPTIONAL = ("kernels", "precision")
+_PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "decisions", "fallbacks", "casts",
+              "accuracy")
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
@@ -205,6 +207,34 @@ def check_header(header, arrays: dict, label: str) -> None:
         fields.text(entry["name"], f"passes[{i}].name")
         for key in ("nodes_before", "nodes_after", "rewrites"):
             fields.integer(entry[key], f"passes[{i}].{key}")
+    if "precision" in header:
+        _check_precision(fields, header["precision"])
+
+
+def _check_precision(fields: Fields, precision) -> None:
+    """What the precision step chose (:mod:`plugrt.engine.precision`): informational,
+    but well formed."""
+    fields.record(precision, "precision", _PRECISION)
+    for key in ("fp16", "strongly_typed"):
+        if not isinstance(precision[key], bool):
+            raise fields.fail(f"precision.{key}", "true or false", precision[key])
+    fields.text(precision["constraints"], "precision.constraints")
+    for key in ("layer_precisions", "decisions"):
+        for name, value in fields.mapping(precision[key], f"precision.{key}").items():
+            fields.text(value, f"precision.{key}[{name!r}]")
+    for i, entry in enumerate(fields.sequence(precision["fallbacks"], "precision.fallbacks")):
+        fields.record(entry, f"precision.fallbacks[{i}]", ("layer", "reason"))
+        fields.text(entry["layer"], f"precision.fallbacks[{i}].layer")
+        fields.text(entry["reason"], f"precision.fallbacks[{i}].reason")
+    fields.integer(precision["casts"], "precision.casts")
+    accuracy = precision["accuracy"]
+    if accuracy is not None:
+        fields.record(accuracy, "precision.accuracy", ("outputs", "max"))
+        for name, error in fields.mapping(accuracy["outputs"], "precision.accuracy.outputs").items():
+            if error != "inf":
+                fields.number(error, f"precision.accuracy.outputs[{name!r}]")
+        if accuracy["max"] != "inf":
+            fields.number(accuracy["max"], "precision.accuracy.max")
 
 
 def _check_device(fields: Fields, device) -> None:

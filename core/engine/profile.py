@@ -135,6 +135,20 @@ class BuilderConfig:
     timing_cache: str | None = None
     #: Show one updating line on stderr (a terminal) while tactics are timed.
     progress: bool = True
+    #: Let layers run in FP16 where a plugin offers it and it is faster (TensorRT's kFP16;
+    #: :mod:`plugrt.engine.precision`).
+    fp16: bool = False
+    #: ONNX node name -> ``"fp32"`` or ``"fp16"``: per-layer precision constraints.
+    layer_precisions: dict[str, str] = field(default_factory=dict)
+    #: How ``layer_precisions`` bind: ``prefer`` (followed where the layer's plugin can,
+    #: else a warning), ``obey`` (else the build fails) or ``none`` (ignored).
+    precision_constraints: str = "prefer"
+    #: Build the model exactly as typed: no precision choice (``fp16`` and
+    #: ``layer_precisions`` are refused with it).
+    strongly_typed: bool = False
+    #: After a build that changed precisions, run the engine on the precision step's random
+    #: inputs at the opt shapes and record its relative error against the model's reference.
+    accuracy_check: bool = True
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         if self.profiles:

@@ -102,8 +102,18 @@ def pipeline(registry) -> list[PassEntry]:
     return entries
 
 
-def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str] = ()) -> list[PassResult]:
+#: The pass before which the builder's precision step runs (:mod:`plugrt.engine.precision`).
+PRECISION_BEFORE = "fuse_epilogues"
+PRECISION_STEP = "assign_precision"
+
+
+def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str] = (),
+             precision: Callable[[Graph], int] | None = None) -> list[PassResult]:
     """Run the pipeline on ``graph`` in place; return what each pass did.
+
+    ``precision(graph) -> rewrites`` (the builder's precision step) runs after the passes
+    that change which ops the graph holds and before fusion into generated kernels, so
+    that the casts it inserts fuse into their neighbours.
 
     :raises PlugrtError: for a disabled name that is no pass, or a pass that breaks the
         graph (named, with the problem).
@@ -115,13 +125,18 @@ def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str
         known = ", ".join(sorted({e.name for e in entries}))
         raise PlugrtError(f"--disable-pass {', '.join(sorted(unknown))}: no such pass; the passes are {known}")
     results = []
-    for entry in entries:
-        if entry.name in disabled or (entry.group == FUSION and not fusion):
-            continue
+    runs = [entry for entry in entries if entry.name not in disabled and (fusion or entry.group != FUSION)]
+    if precision is not None:
+        at = next((i for i, e in enumerate(entries) if e.name == PRECISION_BEFORE), len(entries))
+        position = sum(1 for e in entries[:at] if e in runs)
+        runs.insert(position, PassEntry(PRECISION_STEP, FUSION, lambda g, r: precision(g)))
+    for entry in runs:
         before, started = len(graph.nodes), time.perf_counter()
         try:
             rewrites = int(entry.run(graph, registry) or 0)
         except PlugrtError as exc:
+            if entry.name == PRECISION_STEP:
+                raise
             raise PlugrtError(f"pass {entry.name}: {exc}") from exc
         seconds = time.perf_counter() - started
         try:

@@ -121,14 +121,19 @@ class Tuner:
                     chosen.append(tactic)
         return chosen if len(chosen) > 1 else []
 
-    def choose(self, node, graph, op, owner, tactics, position: tuple[int, int] = (1, 1)) -> Choice:
+    def choose(self, node, graph, op, owner, tactics, position: tuple[int, int] = (1, 1),
+               always_time: bool = False) -> Choice:
         """Choose among ``tactics`` (the plugin's, at ``graph``'s concrete shapes) for
-        ``node``; ``position`` is (layer number, layer count) for the progress line."""
+        ``node``; ``position`` is (layer number, layer count) for the progress line.
+        ``always_time``: time the choice even when there is only one candidate (when this
+        tuner times at all), as comparing precisions needs."""
         candidates = self.allowed(tactics)
         if not candidates:
             raise PlugrtError(f"{node.describe()}: every tactic of plugin {owner.name!r} uses TF32, which the "
                               "builder config forbids (tf32=False); allow TF32 (drop --no-tf32)")
         timed = self.to_time(candidates)
+        if not timed and always_time and self.timing and self.level != HEURISTIC_LEVEL:
+            timed = candidates[:1]
         if not timed or all(not name or 0 in graph.info(name).shape for name in node.outputs):
             return Choice(candidates[0])
         key = layer_key(node, graph, op, owner, self.device)

@@ -88,11 +88,14 @@ def _softmax_on_last_axis(node, rank: int) -> bool:
     return axis in (-1, rank - 1)  # before opset 13, coercion from the last axis is the same softmax
 
 
-def _k_layout(match) -> tuple[str, list[int] | None]:
-    """K's source value and the perm turning it into ``[B, H, Sk, D]`` (``None``: it already is)."""
+def _k_layout(match) -> tuple[str, list[int] | None] | None:
+    """K's source value and the perm turning it into ``[B, H, Sk, D]`` (``None``: it already
+    is); ``None`` for a K transposed at another rank than 4 (no heads axis: not fused)."""
     if "k_src" not in match.values:
         return match.values["k_t_value"], [0, 1, 3, 2]
     perm = match.node("k_t").attrs.get("perm")
+    if perm is not None and len(perm) != 4:
+        return None
     perm = [3, 2, 1, 0] if perm is None else [int(p) % 4 for p in perm]
     to_bhsd = [perm[0], perm[1], perm[3], perm[2]]
     return match.values["k_src"], (None if to_bhsd == [0, 1, 2, 3] else to_bhsd)
@@ -131,7 +134,10 @@ def _fits(graph, registry, match, k_src: str, perm) -> bool:
 
 
 def _fuse(graph, registry, match):
-    k_src, perm = _k_layout(match)
+    layout = _k_layout(match)
+    if layout is None:
+        return None
+    k_src, perm = layout
     if not _fits(graph, registry, match, k_src, perm):
         return None
     q, rest = match.values["q"], [match.values["v"]] + ([match.values["mask"]] if "mask" in match.values else [])

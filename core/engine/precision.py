@@ -1,0 +1,418 @@
+"""Precision: the float precision each layer runs in, a builder decision (TensorRT's FP16 mode).
+
+The builder runs this step after the graph passes that change which ops the graph holds
+and before fusion into generated kernels (:func:`plugrt.passes.optimize`'s ``precision``
+hook), so that the casts it inserts fuse into their neighbours' loads and stores.
+
+Which tensors follow a node's precision. A node computes in one float type: the inputs
+and outputs that the ONNX schema binds to one type variable with an activation among them
+(Conv's X, W, B and Y; LayerNormalization's X, Scale, B and Y but not its float32 Mean;
+Resize's X and Y but not its scales). An op without an ONNX schema (a plugin's own op, a
+fused layer) follows its float activations, and its float constants of the same dtype.
+Float64 never changes; integer and bool tensors are untouched.
+
+Choosing. Allowed precisions are FP32, and FP16 with ``BuilderConfig.fp16``; a node the
+user constrained (``layer_precisions``, by ONNX node name) gets its precision first
+(``prefer``: else the others, with a warning; ``obey``: else the build fails). A precision
+is possible where the node's plugin offers a tactic for it. When the tuner times tactics
+(a GPU, level >= 1), each possible precision's fastest tactic is timed and the faster
+precision wins; without timing (the simulator, level 0) FP16 is preferred wherever it is
+allowed. With FP16 in play the model runs once through the plugins' references at the
+profile's opt shapes, on random inputs: a node whose FP32 output exceeds FP16's range
+stays FP32, with a warning naming it, and the outputs are what the build's accuracy check
+compares the engine with.
+
+Rewriting. Constants of an FP16 node are converted once (the plan stores them in FP16;
+one used by FP32 nodes too is kept beside its copy); a tensor read in another precision
+than it was produced in gets one Cast node per precision; graph inputs and outputs keep
+the model's dtypes (a Cast at each end).
+
+``strongly_typed`` builds the model as typed: no step at all. A weakly typed model with
+FP16 tensors built without ``fp16`` runs in FP32, as in TensorRT.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from plugrt.errors import PlugrtError
+from plugrt.ir.graph import Graph, Value
+from plugrt.ir.infer import infer_node, run_infer
+from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.ir.tensor import TensorInfo
+from plugrt.passes.rewrite import finish, fresh_name, make_node
+
+log = logging.getLogger("plugrt.builder")
+
+FP32, FP16 = "fp32", "fp16"
+DTYPES = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16)}
+NAMES = {dtype: name for name, dtype in DTYPES.items()}
+#: ONNX TensorProto codes of the two (Cast's ``to``).
+ONNX_CODES = {FP32: 1, FP16: 10}
+CONSTRAINTS = ("prefer", "obey", "none")
+#: What inserted Cast nodes are called in the decisions (the ``reformat`` layers).
+REFORMAT = "reformat"
+#: The largest finite float16.
+FP16_MAX = float(np.finfo(np.float16).max)
+
+
+@dataclass
+class PrecisionReport:
+    """What the precision step did."""
+
+    #: ONNX node name (or inserted Cast's name) -> ``fp32`` / ``fp16`` / ``reformat``.
+    decisions: dict[str, str] = field(default_factory=dict)
+    #: ``{"layer", "reason"}`` of each node that could not run as preferred.
+    fallbacks: list[dict] = field(default_factory=list)
+    casts: int = 0
+    #: Random inputs at the opt shapes and the model's outputs on them (the plugins'
+    #: references), for the accuracy check; ``None`` when FP16 was not in play.
+    feeds: dict | None = None
+    reference: dict | None = None
+
+    def as_json(self, config, accuracy: dict | None) -> dict:
+        return {"fp16": bool(config.fp16), "strongly_typed": bool(config.strongly_typed),
+                "constraints": config.precision_constraints if config.layer_precisions else "none",
+                "layer_precisions": dict(sorted(config.layer_precisions.items())),
+                "decisions": dict(sorted(self.decisions.items())), "fallbacks": list(self.fallbacks),
+                "casts": self.casts, "accuracy": accuracy}
+
+
+def check_config(config) -> None:
+    """Refuse contradictory precision settings."""
+    if config.precision_constraints not in CONSTRAINTS:
+        raise PlugrtError(f"precision constraints {config.precision_constraints!r}: use one of "
+                          f"{', '.join(CONSTRAINTS)}")
+    for name, precision in config.layer_precisions.items():
+        if precision not in DTYPES:
+            raise PlugrtError(f"layer precision {name}:{precision}: the precisions are {', '.join(DTYPES)}")
+    if config.strongly_typed and (config.fp16 or config.layer_precisions):
+        given = "--fp16" if config.fp16 else "--layer-precision"
+        raise PlugrtError(f"{given} with --strongly-typed: a strongly typed build runs every layer in the dtype "
+                          "the model gives it; drop one of them")
+
+
+def assign_precisions(graph: Graph, registry, config, tuner, profile, model_nodes: set[str],
+                      check_range: bool = True) -> PrecisionReport:
+    """Choose each node's precision and rewrite ``graph`` in place (see the module doc).
+    ``tuner`` times precisions where it times tactics (``None``: no timing);
+    ``check_range`` runs the references for FP16's range and the accuracy check."""
+    report = PrecisionReport()
+    if config.strongly_typed:
+        return report
+    constraints = _constraints(graph, config, model_nodes)
+    has_fp16 = any(v.info is not None and v.info.dtype == DTYPES[FP16] for v in graph.values.values())
+    if not config.fp16 and not constraints and not has_fp16:
+        return report
+    opt = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, registry, profile.shape_values)
+    slots, choices = {}, {}
+    for index, node in enumerate(opt.nodes):
+        if is_host_node(opt, node):
+            continue
+        found = float_slots(opt, node)
+        if found is None:
+            continue
+        slots[index] = found
+        choices[index] = _choose(opt, node, index, found, registry, config, tuner, constraints.get(index), report)
+    converting = [i for i, p in choices.items() if p == FP16 and _changes(opt, opt.nodes[i], slots[i], FP16)]
+    if converting and check_range:
+        _check_range(graph, registry, profile, choices, slots, constraints, config, report)
+    for index, precision in choices.items():
+        for name in opt.nodes[index].origin or (opt.nodes[index].name,):
+            report.decisions[name] = precision
+    host = {index for index, node in enumerate(opt.nodes) if is_host_node(opt, node)}
+    report.casts = _rewrite(graph, registry, choices, slots, host, report)
+    return report
+
+
+# ---------------------------------------------------------------------- which tensors
+
+
+def float_slots(graph: Graph, node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The input and output positions that carry ``node``'s compute type (module doc);
+    ``None`` when it computes in no FP16/FP32 type."""
+    ins = [graph.info(n) if n else None for n in node.inputs]
+    outs = [graph.info(n) if n else None for n in node.outputs]
+    movable = set(DTYPES.values())
+    schema = _schema(node)
+    if schema is not None:
+        in_vars = [_formal(schema.inputs, i) for i in range(len(ins))]
+        out_vars = [_formal(schema.outputs, i) for i in range(len(outs))]
+        floats = {c.type_param_str for c in schema.type_constraints
+                  if {"tensor(float16)", "tensor(float)"} <= set(c.allowed_type_strs)}
+        compute = {var for var, info in zip(in_vars + out_vars, ins + outs)
+                   if var in floats and info is not None and info.dtype in movable and info.value is None}
+        picked_in = tuple(i for i, (var, info) in enumerate(zip(in_vars, ins))
+                          if var in compute and info is not None and info.dtype in movable)
+        picked_out = tuple(i for i, (var, info) in enumerate(zip(out_vars, outs))
+                           if var in compute and info is not None and info.dtype in movable)
+    else:
+        active = {info.dtype for info in ins if info is not None and info.value is None and info.dtype in movable}
+        active |= {info.dtype for info in outs if info is not None and info.dtype in movable}
+        picked_in = tuple(i for i, info in enumerate(ins) if info is not None and info.dtype in active)
+        picked_out = tuple(i for i, info in enumerate(outs) if info is not None and info.dtype in active)
+    if not picked_in and not picked_out:
+        return None
+    if not any(ins[i].value is None for i in picked_in) and not picked_out:
+        return None
+    return picked_in, picked_out
+
+
+def _schema(node):
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    try:
+        import onnx.defs
+
+        return onnx.defs.get_schema(node.op_type, int(node.opset), "")
+    except Exception:  # noqa: BLE001 - no schema (or no onnx): the activation rule
+        return None
+
+
+def _formal(params, index: int) -> str:
+    """The type string of actual argument ``index`` (a variadic last parameter repeats)."""
+    if not params:
+        return ""
+    return params[min(index, len(params) - 1)].type_str
+
+
+def _changes(graph: Graph, node, slots, precision: str) -> bool:
+    """Whether running ``node`` in ``precision`` changes the dtype of any of its tensors."""
+    dtype = DTYPES[precision]
+    names = [node.inputs[i] for i in slots[0]] + [node.outputs[i] for i in slots[1]]
+    return any(graph.info(n).dtype != dtype for n in names if n)
+
+
+# ---------------------------------------------------------------------- choosing
+
+
+def _constraints(graph: Graph, config, model_nodes: set[str]) -> dict[int, str]:
+    """Node index -> the precision its user constraint asks (``none``: ignored)."""
+    if not config.layer_precisions:
+        return {}
+    if config.precision_constraints == "none":
+        log.warning("layer precisions given with precision constraints 'none': they are ignored; use "
+                    "--precision-constraints prefer or obey")
+        return {}
+    where: dict[str, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for name in node.origin or (node.name,):
+            where.setdefault(name, index)
+    found = {}
+    for name, precision in config.layer_precisions.items():
+        if name in where:
+            found[where[name]] = precision
+        elif name in model_nodes:
+            log.warning("layer precision %s:%s: node %r was folded away or computed on the host at build time; "
+                        "the constraint has nothing to apply to", name, precision, name)
+        else:
+            near = difflib.get_close_matches(name, sorted(model_nodes), n=3)
+            hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+            raise PlugrtError(f"layer precision {name}:{precision}: the model has no node named {name!r}{hint} "
+                              "(give ONNX node names, as `plugrt inspect --json` lists them under onnx_nodes)")
+    return found
+
+
+def _choose(opt: Graph, node, index: int, slots, registry, config, tuner, wanted: str | None,
+            report: PrecisionReport) -> str:
+    op = registry.op(node)
+    allowed = [FP16, FP32] if config.fp16 else [FP32]
+    order = allowed if wanted is None else [wanted] + ([] if config.precision_constraints == "obey"
+                                                       else [p for p in allowed if p != wanted])
+    possible = {}
+    problems = {}
+    for precision in order:
+        try:
+            possible[precision] = _variant(opt, node, slots, precision, registry, op, tuner)
+        except PlugrtError as exc:
+            problems[precision] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a plugin refusing the dtype its own way
+            problems[precision] = f"{type(exc).__name__}: {exc}"
+    if not possible:
+        if wanted is not None and config.precision_constraints == "obey":
+            raise PlugrtError(f"{node.describe()}: constrained to {wanted} (--precision-constraints obey), but "
+                              f"plugin {type(op).__name__} cannot run it in {wanted}: {problems.get(wanted)}; "
+                              "drop the constraint or use --precision-constraints prefer")
+        raise PlugrtError(f"{node.describe()}: plugin {type(op).__name__} runs it in none of "
+                          f"{', '.join(order)}: {'; '.join(problems.values())}")
+    if wanted is not None and wanted not in possible:
+        reason = f"no {wanted} tactic ({problems.get(wanted)})"
+        log.warning("%s: constrained to %s (prefer), but %s; it runs in %s", node.describe(), wanted, reason,
+                    next(iter(possible)))
+        report.fallbacks.append({"layer": node.name, "reason": reason})
+    candidates = list(possible)
+    if len(candidates) > 1 and (wanted is None or wanted not in possible) and tuner is not None:
+        times = {}
+        for precision in candidates:
+            scratch, tactics = possible[precision]
+            choice = tuner.choose(node, scratch, op, registry.owner(op), tactics, (index + 1, len(opt.nodes)),
+                                  always_time=True)
+            times[precision] = choice.time_ms
+        if all(ms is not None for ms in times.values()):
+            return min(candidates, key=lambda p: (times[p], candidates.index(p)))
+    return candidates[0]
+
+
+def _variant(opt: Graph, node, slots, precision: str, registry, op, tuner):
+    """A graph where ``node`` runs in ``precision`` (its slots retyped, outputs inferred),
+    and the node's candidate tactics there; raises when it cannot run so."""
+    dtype = DTYPES[precision]
+    scratch = Graph.__new__(Graph)
+    scratch.__dict__.update(opt.__dict__)
+    scratch.values = dict(opt.values)
+    ins = []
+    for i, name in enumerate(node.inputs):
+        info = opt.info(name) if name else None
+        if info is not None and i in slots[0] and info.dtype != dtype:
+            with np.errstate(over="ignore"):  # a constant beyond FP16's range: inf, as the kernel would see
+                info = TensorInfo(dtype, info.shape, None if info.value is None else info.value.astype(dtype))
+            scratch.values[name] = Value(name, info)
+        ins.append(info)
+    outs = run_infer(op, node, ins)
+    for name, info in zip(node.outputs, outs):
+        if name:
+            scratch.values[name] = Value(name, info)
+    tactics = registry.tactics(op, node, ins, [info for name, info in zip(node.outputs, outs) if name])
+    if tuner is not None:
+        tactics = tuner.allowed(tactics)
+    if not tactics:
+        raise PlugrtError(f"no tactic for inputs {', '.join(str(i.dtype) for i in ins if i is not None)}")
+    return scratch, tactics
+
+
+def _check_range(graph: Graph, registry, profile, choices: dict, slots: dict, constraints: dict, config,
+                 report: PrecisionReport) -> None:
+    """Run the model through the references at opt shapes; keep FP32 where a tensor an
+    FP16 node would read or write exceeds FP16's range; keep the feeds and outputs for the
+    accuracy check."""
+    from plugrt.bindings import random_input
+    from plugrt.reference import ReferenceExecutor
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name in graph.inputs:
+        info, shape = graph.info(name), profile.shapes[name][1]
+        if name in profile.shape_values:
+            feeds[name] = np.asarray(profile.shape_values[name], info.dtype).reshape(shape)
+        else:
+            feeds[name] = random_input(rng, info.dtype, shape)
+    peaks = {name: _peak(value) for name, value in feeds.items()}
+
+    def observe(node, outputs) -> None:
+        for name, value in zip([n for n in node.outputs if n], outputs):
+            peaks[name] = _peak(value)
+
+    report.reference = ReferenceExecutor(graph, registry).run(feeds, observe=observe)
+    report.feeds = feeds
+    for index, precision in sorted(choices.items()):
+        if precision != FP16:
+            continue
+        node = graph.nodes[index]
+        names = [node.inputs[i] for i in slots[index][0]] + [node.outputs[i] for i in slots[index][1]]
+        peak = max((peaks.get(name, 0.0) for name in names if name and graph.values[name].const is None), default=0.0)
+        if peak <= FP16_MAX:
+            continue
+        if constraints.get(index) == FP16 and config.precision_constraints == "obey":
+            log.warning("%s: its tensors reach %.4g, beyond FP16's range, but it is constrained to fp16 (obey)",
+                        node.describe(), peak)
+            continue
+        log.warning("%s: its tensors reach %.4g, beyond FP16's range (%g): it runs in FP32", node.describe(), peak,
+                    FP16_MAX)
+        choices[index] = FP32
+        report.fallbacks.append({"layer": node.name, "reason": f"FP16 overflow (a tensor reaches {peak:.4g})"})
+
+
+def _peak(value) -> float:
+    """The largest finite magnitude in a float array (0 for anything else)."""
+    value = np.asarray(value)
+    if value.dtype.kind != "f" or not value.size:
+        return 0.0
+    finite = np.abs(value[np.isfinite(value)])
+    return float(finite.max()) if finite.size else 0.0
+
+
+# ---------------------------------------------------------------------- rewriting
+
+
+def _rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, report: PrecisionReport) -> int:
+    """Retype the chosen nodes' tensors, inserting Casts and converted constants; the
+    number of Casts inserted. A node left as it was reads its inputs in their model
+    dtypes again, except a host node (it reads shapes, not data)."""
+    original = {name: v.info.dtype for name, v in graph.values.items() if v.info is not None}
+    casts: dict[tuple[str, str], str] = {}
+    consts: dict[tuple[str, str], str] = {}
+    opset = int(graph.opsets.get("", 17))
+    nodes = list(graph.nodes)
+    out: list = []
+
+    def cast(name: str, precision: str) -> str:
+        key = (name, precision)
+        if key not in casts:
+            target = fresh_name(graph, f"{name}_{precision}")
+            node = make_node(graph, registry, "Cast", [name], [target], {"to": ONNX_CODES[precision]},
+                             opset=max(opset, 6), name=fresh_name(graph, f"{name}/to_{precision}"))
+            graph.values[target] = Value(target)
+            out.append(node)
+            infer_node(graph, registry, node)
+            report.decisions[node.name] = REFORMAT
+            casts[key] = target
+        return casts[key]
+
+    def convert(name: str, precision: str) -> str:
+        key = (name, precision)
+        if key not in consts:
+            target = fresh_name(graph, f"{name}_{precision}")
+            graph.add_const(target, graph.values[name].const.astype(DTYPES[precision]))
+            consts[key] = target
+        return consts[key]
+
+    for index, node in enumerate(nodes):
+        precision = choices.get(index)
+        inputs = list(node.inputs)
+        for i, name in enumerate(inputs):
+            if not name:
+                continue
+            current = graph.info(name).dtype
+            if precision is not None and i in slots[index][0]:
+                wanted = DTYPES[precision]
+            elif index in host:
+                continue
+            else:
+                wanted = original.get(name, current)
+            if current == wanted or wanted not in NAMES or current not in NAMES:
+                continue
+            if graph.values[name].const is not None:
+                inputs[i] = convert(name, NAMES[wanted])
+            else:
+                inputs[i] = cast(name, NAMES[wanted])
+        node = node.replace(inputs=tuple(inputs))
+        out.append(node)
+        infer_node(graph, registry, node)  # its outputs' new dtypes, for the nodes after it
+    graph.nodes = out
+    for name in list(graph.outputs):
+        info = graph.info(name)
+        if name in original and info.dtype != original[name] and info.dtype in NAMES and original[name] in NAMES:
+            _restore_output(graph, registry, name, NAMES[original[name]], opset, report)
+    finish(graph, registry)
+    return sum(1 for p in report.decisions.values() if p == REFORMAT)
+
+
+def _restore_output(graph: Graph, registry, name: str, precision: str, opset: int, report: PrecisionReport) -> None:
+    """Make graph output ``name`` carry its model dtype again: its producer writes a new
+    value, read by everyone, and a Cast writes ``name``."""
+    inner = fresh_name(graph, f"{name}_{NAMES[graph.info(name).dtype]}")
+    graph.values[inner] = Value(inner, graph.info(name))
+    for i, node in enumerate(graph.nodes):
+        if name in node.outputs or name in node.inputs:
+            graph.nodes[i] = node.replace(outputs=tuple(inner if o == name else o for o in node.outputs),
+                                          inputs=tuple(inner if o == name else o for o in node.inputs))
+    node = make_node(graph, registry, "Cast", [inner], [name], {"to": ONNX_CODES[precision]},
+                     opset=max(opset, 6), name=fresh_name(graph, f"{name}/to_{precision}"))
+    graph.values[name].info = None
+    graph.nodes.append(node)
+    infer_node(graph, registry, node)
+    report.decisions[node.name] = REFORMAT
