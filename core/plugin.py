@@ -53,6 +53,9 @@ REDUCTION = "reduction"
 SHAPE = "shape"
 ANCHOR = "anchor"
 NORMALIZATION = "normalization"
+#: An op that converts a tensor to another dtype (:meth:`OpPlugin.conversion`): the
+#: builder's precision step inserts it where layers of two precisions meet.
+CONVERT = "convert"
 
 FLOAT_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
 INT_DTYPES = frozenset(
@@ -133,7 +136,8 @@ class OpPlugin(OpIdentity):
       (:mod:`plugrt.passes.pattern`) then match them in either order.
 
     Groups the core's passes read: ``POINTWISE`` (with :meth:`pointwise`: fused into chains
-    and epilogues), ``ANCHOR`` (its :meth:`tactics` accept an ``epilogue``).
+    and epilogues), ``ANCHOR`` (its :meth:`tactics` accept an ``epilogue``), ``CONVERT``
+    (with :meth:`conversion`: the builder's dtype conversions).
     """
 
     attributes: ClassVar[tuple[Attr, ...]] = ()
@@ -185,6 +189,11 @@ class OpPlugin(OpIdentity):
         by the graph (other outputs must be unused); the core checks that. ``inputs`` carry
         shapes (maybe symbolic) and, for constants, values.
         """
+        return None
+
+    def conversion(self, dtype: np.dtype) -> "Mapping[str, Any] | None":
+        """``CONVERT`` ops: the attributes of a node of this op (one input, one output)
+        that converts its input to ``dtype``; ``None`` when it cannot."""
         return None
 
     def as_scale(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> "Scale | None":
@@ -408,6 +417,6 @@ __all__ = [
     "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "dims",
     # constants
     "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "PASS_STAGES",
-    "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION",
+    "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION", "CONVERT",
     "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES", "ALL_DTYPES",
 ]

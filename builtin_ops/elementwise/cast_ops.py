@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.plugin import POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo, pointwise_tactic
+from plugrt.plugin import CONVERT, POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo, pointwise_tactic
 
 from . import device_functions
 from .ops import BOOL, require_inputs
@@ -59,6 +59,11 @@ class Cast(CastBase):
     op_type = "Cast"
     since_opset = 6
     attributes = (Attr("to", "int", REQUIRED),) + CastBase.attributes
+    groups = frozenset({POINTWISE, CONVERT})
+
+    def conversion(self, dtype):
+        codes = [code for code, known in ONNX_DTYPES.items() if known == np.dtype(dtype)]
+        return {"to": codes[0]} if codes else None
 
     def check(self, node, inputs):
         super().check(node, inputs)

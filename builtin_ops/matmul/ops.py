@@ -84,7 +84,7 @@ class MatMul(OpPlugin):
         a, b = inputs
         meta, offs = product_plan(a.shape, b.shape)
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                               epilogue=epilogue or no_epilogue(len(node.inputs)))
+                               epilogue=epilogue or no_epilogue(len(node.inputs)), b_value=b.value)
 
 
 class Gemm(OpPlugin):
@@ -179,7 +179,7 @@ class Gemm(OpPlugin):
                                alpha, beta, integer=a.dtype.kind != "f")
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
                                epilogue=epilogue or no_epilogue(len(node.inputs)),
-                               alpha=alpha, beta=beta, c_index=2)
+                               alpha=alpha, beta=beta, c_index=2, b_value=b.value)
 
 
 class MatMulInteger(OpPlugin):

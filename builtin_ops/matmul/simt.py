@@ -359,9 +359,10 @@ def split_chunk(k: int, bk: int, splits: int) -> tuple[int, int]:
 
 def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: int, bk: int, threads: int,
                   shared_bytes: int, splits: int, epilogue: Epilogue, alpha: float, beta: float,
-                  c_index: int | None):
+                  c_index: int | None, views=None):
     """``(launches, workspace_bytes, splits)`` of a K-split-capable GEMM kernel taking the
-    SIMT kernel's arguments; ``kernel_for(split: bool)`` gives the kernel."""
+    SIMT kernel's arguments; ``kernel_for(split: bool)`` gives the kernel; ``views(a,
+    b)`` (given) turns the flat operand arrays into those the kernel reads."""
     nb, m, n, k = (int(meta[s]) for s in (NB, M_, N_, K_))
     splits, kchunk = split_chunk(k, bk, splits)
     total = nb * m * n
@@ -374,6 +375,8 @@ def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: i
         own = ins[:epilogue.first]
         out, a, b = flat(outs[0]), flat(own[0]), flat(own[1])
         c = flat(own[c_index]) if c_index is not None and meta[USE_C] else out
+        if views is not None:
+            a, b = views(a, b)
         partial = workspace[:workspace_bytes].view(np.float32) if splits > 1 else to_device(np.zeros(1, np.float32))
         meta_d, operands = to_device(meta), epilogue.arguments(ins)
         run = [Launch(kernel_for(splits > 1), grid, threads,

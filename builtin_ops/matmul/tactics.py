@@ -21,6 +21,7 @@ from .simt import simt_tactics
 from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
 from .wgmma import wgmma_tactics
+from .wgmma_f16 import wgmma_half_tactics
 
 #: Tiled configurations offered on a GPU: (BM, BN, BK, TM, TN). Tests may swap in tiny ones.
 TILE_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
@@ -43,13 +44,15 @@ def _present(ins, index):
 
 def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                     alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None,
-                    zero_points: bool = False) -> list[Tactic]:
+                    zero_points: bool = False, b_value=None) -> list[Tactic]:
     """The tiled tactics and the direct one for a planned product, best first, each
     applying ``epilogue`` at its store.
 
     ``c_index``: the input holding Gemm's C (read when ``meta[USE_C]``). With
     ``zero_points`` inputs 2 and 3 are A's and B's zero points (omitted ones read as 0).
     The node's own inputs are ``ins[:epilogue.first]``; the epilogue's tensors follow.
+    ``b_value``: B when it is a known constant (FP16 tensor-core tactics may hold it
+    transposed).
     """
     key = (np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype), bool(zero_points))
     nb, m, n = int(meta[NB]), int(meta[M_]), int(meta[N_])
@@ -91,7 +94,7 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
     if zero_points:
         return tactics
     fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
-                        c_index=c_index)
+                        c_index=c_index, b_value=b_value, fallback=tactics[0])
     if not simulated():
         return fast + tactics
     # In the simulator the first tactic wins untimed: keep the exact, cheap ones first
@@ -101,12 +104,14 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
 
 
 def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
-                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
-    """The float32 GEMM family for big products, best first: TF32 tensor cores
-    (``math="tf32"``, dropped by the tuner when TF32 is off; Hopper's ``wgmma`` first, then
-    ``mma.sync``), then SIMT SGEMM; each only where its tile suits the product (see
-    :func:`.simt.fits`)."""
+                 alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, b_value=None,
+                 fallback: Tactic | None = None) -> list[Tactic]:
+    """The GEMM family for big products, best first: FP16 on Hopper's ``wgmma`` (FP16
+    operands), TF32 tensor cores (float32; ``math="tf32"``, dropped by the tuner when TF32
+    is off; ``wgmma`` first, then ``mma.sync``), then SIMT SGEMM; each only where its tile
+    suits the product (see :func:`.simt.fits`)."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    return (wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+    return (wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value, fallback=fallback, **kw)
+            + wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
             + tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
             + simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))

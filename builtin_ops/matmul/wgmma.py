@@ -201,16 +201,24 @@ def tile_copier(rows: int, k_contiguous: bool, threads: int, even: bool, emulate
 
 @functools.lru_cache(maxsize=None)
 def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                 epilogue_fn, emulated: bool | None = None):
+                 epilogue_fn, emulated: bool | None = None, half: bool = False):
     """The wgmma GEMM kernel; arguments, grid and split-K as
-    :func:`.simt.simt_kernel`, ``config.threads`` threads."""
+    :func:`.simt.simt_kernel`, ``config.threads`` threads.
+
+    ``half``: FP16 operands, both K-contiguous, passed as float32 views (a word holds two
+    K-neighbours): every copy, swizzle and descriptor works in 4-byte words as for TF32,
+    ``meta``'s element counts and strides along K are halved in the kernel, and each
+    ``wgmma`` is k16 (8 words, as TF32's k8)."""
     config.check()
+    if half and not (a_k_contiguous and b_k_contiguous):
+        raise ValueError("wgmma FP16 GEMM: both operands must be K-contiguous")
     emulated = simulated() if emulated is None else bool(emulated)
+    HALF = bool(half)
     BM, BN, S, NT, ACC = config.bm, config.bn, config.stages, config.threads, config.accumulators
     A_STAGE, B_STAGE = BM * BK, BN * BK
     B_RING = S * A_STAGE
     WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
-    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated)
+    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated, HALF)
     copy_a = tile_copier(BM, bool(a_k_contiguous), NT, bool(even), emulated)
     copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
@@ -228,9 +236,12 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         bz = cuda.blockIdx.z
         bi = bz // splits
         z = bz - bi * splits
-        k_begin = z * kchunk
-        k_end = min(k, k_begin + kchunk)
         ao, bo = offs[bi * OFFS_W], offs[bi * OFFS_W + 1]
+        kc = kchunk
+        if HALF:  # in words of two halves (every one of these is even: see wgmma_tactics)
+            k, sam, sbn, ao, bo, kc = k >> 1, sam >> 1, sbn >> 1, ao >> 1, bo >> 1, kchunk >> 1
+        k_begin = z * kc
+        k_end = min(k, k_begin + kc)
         ring = ((ATOM_FLOATS * 4 - (shared_address(smem) & uint32(ATOM_FLOATS * 4 - 1))) & uint32(ATOM_FLOATS * 4 - 1)) >> 2
         a_ring = ring + (tid >> 7) * WG_ROWS
         b_ring = ring + B_RING
@@ -280,7 +291,8 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         cuda.syncthreads()
         store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
 
-    kernel.__name__ = f"gemm_{config.name}_{'even' if even else 'guarded'}{'_splitk' if split else ''}"
+    kernel.__name__ = (f"gemm_{config.name}{'_f16' if HALF else ''}_{'even' if even else 'guarded'}"
+                       f"{'_splitk' if split else ''}")
     return jit(kernel, launch_bounds=(NT, 1))
 
 

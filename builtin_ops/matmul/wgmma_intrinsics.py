@@ -42,15 +42,19 @@ def _descriptor_ptx(reg: str, operand: str) -> str:
             f"or.b64 {reg}, {reg}, {DESC_BITS};")
 
 
-def wgmma_ptx(n: int) -> str:
-    """``wgmma.mma_async`` m64n``n``k8 TF32 x TF32 + float32, descriptors built from the
-    generic addresses of the operand tiles (operands ``$n/2`` ... see :func:`wgmma_ops`)."""
+def wgmma_ptx(n: int, half: bool = False) -> str:
+    """``wgmma.mma_async`` m64n``n``k8 TF32 x TF32 + float32 (``half``: m64n``n``k16
+    FP16 x FP16 + float32, both operands K-major: 32 bytes of K either way), descriptors
+    built from the generic addresses of the operand tiles (operands ``$n/2`` ... see
+    :func:`wgmma_ops`)."""
     acc = n // 2
     regs = ", ".join(f"${i}" for i in range(acc))
     a, b = f"${2 * acc}", f"${2 * acc + 1}"
+    shape = f"m64n{n}k16.f32.f16.f16" if half else f"m64n{n}k8.f32.tf32.tf32"
+    tail = "p, 1, 1, 0, 0" if half else "p, 1, 1"  # FP16 states the (no) transposes
     return ("{ .reg .u64 da, db; .reg .pred p; " + _descriptor_ptx("da", a) + " " + _descriptor_ptx("db", b)
             + " setp.ne.b32 p, 1, 0; "
-            + f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{regs}}}, da, db, p, 1, 1; }}")
+            + f"wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, da, db, {tail}; }}")
 
 
 CP_ASYNC16_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
@@ -65,7 +69,7 @@ WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned {};"
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_ops(n: int):
+def wgmma_ops(n: int, half: bool = False):
     """GPU intrinsics: ``(mma, wait, fence, commit, commit_copies, wait_copies, fence_async,
     shared_address)`` (the copies: :func:`copy_ops`).
 
@@ -105,7 +109,7 @@ def wgmma_ops(n: int):
     @intrinsic
     def mma(typingctx, acc, smem, a, b):
         def codegen(context, builder, sig, args):
-            asm = tied(wgmma_ptx(n), [i64, i64], ["l", "l"])
+            asm = tied(wgmma_ptx(n, half), [i64, i64], ["l", "l"])
             run_tied(builder, asm, acc_pointers(context, builder, sig.args[0], args[0]),
                      [element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
                       element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
@@ -195,13 +199,24 @@ def _truncate(x):
     return box[0]
 
 
+def _halves(word):
+    """The two float16 of a 32-bit word of FP16 pairs (lower address first), as float32."""
+    box = cuda.local.array(1, float32)
+    box[0] = word
+    pair = box.view(np.float16)
+    return float32(pair[0]), float32(pair[1])
+
+
 @functools.lru_cache(maxsize=None)
-def emulated_ops(n: int):
+def emulated_ops(n: int, half: bool = False):
     """The simulator's versions of :func:`wgmma_ops` (same signatures): ``mma`` does this
     thread's share of the warpgroup's m64n``n``k8 with scalar FMAs (accumulator layout of
     the PTX ISA: warp ``w`` of the group owns rows ``16 w ...``, lane ``(g, t)`` rows
     ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``); fences and
-    waits do nothing."""
+    waits do nothing. ``half``: the tiles hold FP16 pairs, one per 32-bit word, and one
+    call is m64n``n``k16 (the same 8 words of K)."""
+    if half:
+        return (_emulated_half_mma(n),) + emulated_ops(n, False)[1:]
     truncate = jit(device=True)(_truncate)
     COLS = n // 4  # this thread's B columns: 2 per 8
 
@@ -255,8 +270,46 @@ def emulated_ops(n: int):
     return mma, wait, nothing, nothing, nothing, wait_copies, nothing, shared_address
 
 
-def ops_for(n: int, emulated: bool):
-    return emulated_ops(n) if emulated else wgmma_ops(n)
+@functools.lru_cache(maxsize=None)
+def _emulated_half_mma(n: int):
+    """The simulator's m64n``n``k16 FP16 ``mma`` (see :func:`emulated_ops`)."""
+    halves = jit(device=True)(_halves)
+    COLS = n // 4
+
+    @jit(device=True)
+    def mma(acc, smem, a, b):
+        fa = cuda.local.array((2, 2 * WK), float32)
+        fb = cuda.local.array((COLS, 2 * WK), float32)
+        lane = cuda.threadIdx.x & 127
+        g = (lane & 31) >> 2
+        t = lane & 3
+        rows = (lane >> 5) * 16 + g
+        k0 = a & (BK - 1)
+        a_line = a - k0
+        b_line = b - (b & (BK - 1))
+        for kk in range(WK):
+            k = k0 + kk
+            for h in range(2):
+                row = rows + 8 * h
+                fa[h, 2 * kk], fa[h, 2 * kk + 1] = halves(smem[a_line + row * BK + ((((k >> 2) ^ (row & 7)) << 2)
+                                                                                      | (k & 3))])
+            for c in range(COLS):
+                col = 8 * (c >> 1) + 2 * t + (c & 1)
+                fb[c, 2 * kk], fb[c, 2 * kk + 1] = halves(smem[b_line + col * BK + ((((k >> 2) ^ (col & 7)) << 2)
+                                                                                     | (k & 3))])
+        for j in range(n // 8):
+            for h in range(2):
+                for e in range(2):
+                    s = acc[4 * j + 2 * h + e]
+                    for kk in range(2 * WK):
+                        s += fa[h, kk] * fb[2 * j + e, kk]
+                    acc[4 * j + 2 * h + e] = s
+
+    return mma
+
+
+def ops_for(n: int, emulated: bool, half: bool = False):
+    return emulated_ops(n, half) if emulated else wgmma_ops(n, half)
 
 
 @functools.lru_cache(maxsize=None)

@@ -45,14 +45,13 @@ from plugrt.ir.infer import infer_node, run_infer
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.ir.tensor import TensorInfo
 from plugrt.passes.rewrite import finish, fresh_name, make_node
+from plugrt.plugin import CONVERT
 
 log = logging.getLogger("plugrt.builder")
 
 FP32, FP16 = "fp32", "fp16"
 DTYPES = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16)}
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
-#: ONNX TensorProto codes of the two (Cast's ``to``).
-ONNX_CODES = {FP32: 1, FP16: 10}
 CONSTRAINTS = ("prefer", "obey", "none")
 #: What inserted Cast nodes are called in the decisions (the ``reformat`` layers).
 REFORMAT = "reformat"
@@ -116,8 +115,9 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
         found = float_slots(opt, node)
         if found is None:
             continue
-        slots[index] = found
-        choices[index] = _choose(opt, node, index, found, registry, config, tuner, constraints.get(index), report)
+        choice = _choose(opt, node, index, found, registry, config, tuner, constraints.get(index), report)
+        if choice is not None:
+            slots[index], choices[index] = found, choice
     converting = [i for i, p in choices.items() if p == FP16 and _changes(opt, opt.nodes[i], slots[i], FP16)]
     if converting and check_range:
         _check_range(graph, registry, profile, choices, slots, constraints, config, report)
@@ -218,7 +218,9 @@ def _constraints(graph: Graph, config, model_nodes: set[str]) -> dict[int, str]:
 
 
 def _choose(opt: Graph, node, index: int, slots, registry, config, tuner, wanted: str | None,
-            report: PrecisionReport) -> str:
+            report: PrecisionReport) -> str | None:
+    """The node's precision; ``None`` when its plugin offers no tactic in any allowed
+    precision (the builder then reports the node as it would without this step)."""
     op = registry.op(node)
     allowed = [FP16, FP32] if config.fp16 else [FP32]
     order = allowed if wanted is None else [wanted] + ([] if config.precision_constraints == "obey"
@@ -237,8 +239,9 @@ def _choose(opt: Graph, node, index: int, slots, registry, config, tuner, wanted
             raise PlugrtError(f"{node.describe()}: constrained to {wanted} (--precision-constraints obey), but "
                               f"plugin {type(op).__name__} cannot run it in {wanted}: {problems.get(wanted)}; "
                               "drop the constraint or use --precision-constraints prefer")
-        raise PlugrtError(f"{node.describe()}: plugin {type(op).__name__} runs it in none of "
-                          f"{', '.join(order)}: {'; '.join(problems.values())}")
+        log.info("%s: no tactic in %s (%s); left as typed, for the build to judge", node.describe(),
+                 ", ".join(order), "; ".join(problems.values()))
+        return None
     if wanted is not None and wanted not in possible:
         reason = f"no {wanted} tactic ({problems.get(wanted)})"
         log.warning("%s: constrained to %s (prefer), but %s; it runs in %s", node.describe(), wanted, reason,
@@ -353,8 +356,7 @@ def _rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, repo
         key = (name, precision)
         if key not in casts:
             target = fresh_name(graph, f"{name}_{precision}")
-            node = make_node(graph, registry, "Cast", [name], [target], {"to": ONNX_CODES[precision]},
-                             opset=max(opset, 6), name=fresh_name(graph, f"{name}/to_{precision}"))
+            node = _converter(graph, registry, name, target, precision, opset)
             graph.values[target] = Value(target)
             out.append(node)
             infer_node(graph, registry, node)
@@ -410,9 +412,26 @@ def _restore_output(graph: Graph, registry, name: str, precision: str, opset: in
         if name in node.outputs or name in node.inputs:
             graph.nodes[i] = node.replace(outputs=tuple(inner if o == name else o for o in node.outputs),
                                           inputs=tuple(inner if o == name else o for o in node.inputs))
-    node = make_node(graph, registry, "Cast", [inner], [name], {"to": ONNX_CODES[precision]},
-                     opset=max(opset, 6), name=fresh_name(graph, f"{name}/to_{precision}"))
+    node = _converter(graph, registry, inner, name, precision, opset)
     graph.values[name].info = None
     graph.nodes.append(node)
     infer_node(graph, registry, node)
     report.decisions[node.name] = REFORMAT
+
+
+def _converter(graph: Graph, registry, source: str, target: str, precision: str, opset: int):
+    """A node of an installed ``CONVERT`` op (:meth:`plugrt.plugin.OpPlugin.conversion`)
+    writing ``source`` as ``precision`` to ``target``."""
+    for op in registry.ops():
+        if CONVERT not in op.groups:
+            continue
+        attrs = op.conversion(DTYPES[precision])
+        if attrs is None:
+            continue
+        version = max(int(graph.opsets.get(op.domain, opset)), int(op.since_opset))
+        node = make_node(graph, registry, op.op_type, [source], [target], dict(attrs), opset=version,
+                         domain=op.domain, name=fresh_name(graph, f"{source}/to_{precision}"))
+        if node is not None:
+            return node
+    raise PlugrtError(f"converting {source!r} to {precision}: no installed plugin has a CONVERT op for it (the "
+                      "built-in elementwise plugin's Cast is one); reinstall plugrt or build without --fp16")

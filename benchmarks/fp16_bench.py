@@ -1,0 +1,144 @@
+"""FP16 engines on real models, on a GPU (issue 16's model figures), in one run:
+
+ResNet-50 (torchvision) and BERT-base (HF ``BertModel``, seq 128), exported from PyTorch
+in FP32 with random weights, built by ``plugrt build --fp16`` for batch 1 and 32 (static
+shapes, so tactics and precisions are timed at the batch run), and by the default build
+(FP32 with TF32 tactics) at batch 32. For each: the build's own precision and accuracy
+lines, plugrt's latency (a CUDA graph replay with preallocated outputs, median wall time
+with a synchronize), the relative error of its output against PyTorch's FP32 model on the
+same input, and beside it in the same run ``torch.compile(mode="reduce-overhead")`` in
+FP16 (``model.half()``, channels-last for ResNet-50) and in TF32.
+
+    python3 benchmarks/fp16_bench.py --out DIR [--models resnet50,bert] [--batches 1,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runtime_bench import _median_ms, export_models, feeds_for  # noqa: E402
+
+
+def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str) -> dict:
+    shape = f"{model['input']}:{batch}x{model['shape']}"
+    command = [sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--no-progress", "--force",
+               "--optimization-level", level, "--min-shapes", shape, "--opt-shapes", shape, "--max-shapes", shape]
+    if fp16:
+        command.append("--fp16")
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PLUGRT_KERNEL_CACHE=cache))
+    if done.returncode:
+        raise RuntimeError(f"build failed:\n{done.stderr[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("precision", "accuracy", "kernels", "  "))]
+    return {"seconds": round(time.perf_counter() - started, 1), "lines": lines,
+            "warnings": [line for line in done.stderr.splitlines() if "WARN" in line.upper()][:8]}
+
+
+def plugrt_run(plan: str, model: dict, batch: int) -> tuple[float, np.ndarray]:
+    from numba import cuda
+
+    from plugrt.engine import Engine
+
+    engine = Engine.load(plan)
+    x = feeds_for(model, batch)
+    with engine.create_execution_context() as ctx:
+        first = ctx.execute({model["input"]: x})
+        feed = cuda.to_device(x)
+        outs = {name: cuda.device_array(v.shape, v.dtype) for name, v in first.items()}
+        ms = _median_ms(lambda: ctx.execute_async({model["input"]: feed}, outputs=outs), ctx.stream.synchronize)
+    return ms, first[model["output"]]
+
+
+def torch_runs(model: dict, batch: int) -> dict:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    x = torch.from_numpy(feeds_for(model, batch)).cuda()
+    report = {}
+    net = model["torch"].cuda().float()
+    with torch.no_grad():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        report["fp32_output"] = net(x).float().cpu().numpy()
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        compiled = torch.compile(net, mode="reduce-overhead")
+        report["compile_tf32_ms"] = _median_ms(lambda: compiled(x), torch.cuda.synchronize)
+        half = model["torch"].cuda().half()
+        xh = x.half() if x.is_floating_point() else x
+        if model["input"] == "input":
+            half = half.to(memory_format=torch.channels_last)
+            xh = xh.to(memory_format=torch.channels_last)
+        compiled_half = torch.compile(half, mode="reduce-overhead")
+        report["compile_fp16_ms"] = _median_ms(lambda: compiled_half(xh), torch.cuda.synchronize)
+        report["eager_fp16_ms"] = _median_ms(lambda: half(xh), torch.cuda.synchronize)
+        torch._dynamo.reset()
+    model["torch"].cpu().float()
+    return report
+
+
+def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    got, expected = got.astype(np.float64), expected.astype(np.float64)
+    return float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="gpu-results")
+    parser.add_argument("--models", default="resnet50,bert")
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--optimization-level", default="3")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="plugrt-fp16-")
+    cache = os.path.join(work, "kernel-cache")
+    models = export_models(work, args.models.split(","))
+    batches = [int(b) for b in args.batches.split(",")]
+    report: dict = {}
+
+    def save():
+        with open(os.path.join(args.out, "fp16_bench.json"), "w") as f:
+            json.dump(report, f, indent=2, default=str)
+
+    for name, model in models.items():
+        for batch in batches:
+            entry = report.setdefault(f"{name}_b{batch}", {})
+            torch_report = torch_runs(model, batch)
+            reference = torch_report.pop("fp32_output")
+            entry.update(torch_report)
+            variants = [("fp16", True)] + ([("tf32", False)] if batch == max(batches) else [])
+            for label, fp16 in variants:
+                plan = os.path.join(work, f"{name}_b{batch}_{label}.plan")
+                entry[f"{label}_build"] = build(model, plan, cache, batch, fp16, args.optimization_level)
+                ms, output = plugrt_run(plan, model, batch)
+                entry[f"{label}_ms"] = ms
+                entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
+                save()
+    save()
+    print("\n== fp16 ==")
+    print(f"{'model':14s} {'plugrt fp16':>11s} {'rel err':>8s} {'compile fp16':>12s} {'ratio':>6s} "
+          f"{'plugrt tf32':>11s} {'compile tf32':>12s} {'ratio':>6s}")
+    for key, entry in report.items():
+        fp16, c16 = entry.get("fp16_ms", float("nan")), entry.get("compile_fp16_ms", float("nan"))
+        tf32, c32 = entry.get("tf32_ms", float("nan")), entry.get("compile_tf32_ms", float("nan"))
+        print(f"{key:14s} {fp16:11.3f} {entry.get('fp16_rel_err_vs_torch_fp32', float('nan')):8.1e} {c16:12.3f} "
+              f"{fp16 / c16:6.2f} {tf32:11.3f} {c32:12.3f} {tf32 / c32:6.2f}")
+        for label in ("fp16", "tf32"):
+            if f"{label}_build" in entry:
+                b = entry[f"{label}_build"]
+                print(f"   {label} build {b['seconds']} s: " + " | ".join(b["lines"])[:400])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
