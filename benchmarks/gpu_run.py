@@ -230,7 +230,7 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
-PARTS = ("chain", "gemm", "conv", "attention", "pool", "tuning", "models", "gemm_variants")
+PARTS = ("chain", "gemm", "hgemm", "conv", "attention", "pool", "tuning", "models", "gemm_variants")
 
 
 def main() -> int:
@@ -260,6 +260,8 @@ def main() -> int:
             report["models"] = run_models(args.out)
         elif part == "attention":
             report["attention"] = guarded(lambda: __import__("attention_bench").attention_benchmark())
+        elif part == "hgemm":
+            report["hgemm"] = guarded(lambda: __import__("gemm_bench").hgemm_benchmark())
         elif part == "gemm_variants":
             report["gemm_variants"] = guarded(lambda: __import__("gemm_diag").variants_benchmark())
         elif part == "pool":
@@ -351,7 +353,7 @@ def print_part(part: str, report: dict) -> None:
                     print(f"   {layer['name']} ({layer['op']}): {layer['tactic']} from "
                           f"{layer['tactic_provider']['distribution']}, {layer['time_ms']} ms; runner-up "
                           f"{(layer.get('runner_up') or {}).get('name')} {(layer.get('runner_up') or {}).get('time_ms')} ms")
-    elif part in ("gemm", "conv", "attention", "gemm_variants", "pool"):
+    elif part in ("gemm", "hgemm", "conv", "attention", "gemm_variants", "pool"):
         entry = report["sgemm" if part == "gemm" else part]
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")
