@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runtime_bench import _median_ms, export_models, feeds_for  # noqa: E402
+from runtime_bench import _median_ms, export_models, feeds_for
 
 
 def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str) -> dict:
@@ -46,7 +46,6 @@ def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str
 
 def plugrt_run(plan: str, model: dict, batch: int) -> tuple[float, np.ndarray]:
     from numba import cuda
-
     from plugrt.engine import Engine
 
     engine = Engine.load(plan)
@@ -85,7 +84,6 @@ def torch_runs(model: dict, batch: int) -> dict:
         report["compile_fp16_ms"] = _median_ms(lambda: compiled_half(xh), torch.cuda.synchronize)
         report["eager_fp16_ms"] = _median_ms(lambda: half(xh), torch.cuda.synchronize)
         torch._dynamo.reset()
-    del half
     model["torch"].cpu()
     return report
 

@@ -16,11 +16,10 @@ layer's launches (the kernels run on the host), meaningless as speed.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
-
 from plugrt.device import simulated
 
 #: Profiling runs by default (after one untimed run).

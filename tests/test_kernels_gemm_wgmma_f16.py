@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from plugrt.device import simulated
 from plugrt.kernels import Epilogue, no_epilogue
 from plugrt.onnx.importer import import_model
@@ -21,8 +20,6 @@ from plugrt.testing import run_tactic, single_node_model
 from plugrt_builtin_ops.matmul import plan as matmul_plan
 from plugrt_builtin_ops.matmul import tactics as matmul_tactics
 from plugrt_builtin_ops.matmul import wgmma, wgmma_f16
-from plugrt_builtin_ops.matmul.wgmma import WgmmaConfig
-
 from test_kernels_epilogue import _node, _run, residual_relu, residual_relu_numpy
 from test_kernels_gemm_wgmma import PRODUCTION, TINY
 
@@ -109,7 +106,7 @@ def test_split_k(rng, splits):
 
 def test_epilogue_runs_once_per_element(rng):
     feeds = {"a": rand(rng, (64, 64)), "b": rand(rng, (8, 64))}
-    graph, node, op, ins, outs = _node("Gemm", feeds, {"transB": 1})
+    graph, node, *_ = _node("Gemm", feeds, {"transB": 1})
     residual = rand(rng, (64, 8))
     epilogue = Epilogue(residual_relu, len(node.inputs), label="Add+Relu+Mul")
     want = residual_relu_numpy(exact(feeds, "Gemm", {"transB": 1}), residual.astype(np.float64))
@@ -135,7 +132,6 @@ def test_products_that_do_not_suit_are_not_offered(rng):
 def test_misaligned_operands_fall_back(rng):
     """An A array 4 bytes off a 16-byte boundary: the fallback tactic runs."""
     from numba import cuda
-
     from plugrt.launcher import PreparedLaunch
 
     a, b = rand(rng, (64, 16)), rand(rng, (8, 16))

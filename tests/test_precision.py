@@ -15,14 +15,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_tuner import DOMAIN, Twice, _variant
-
 from plugrt.cli import main
 from plugrt.engine import Builder, BuilderConfig, Engine
 from plugrt.engine.accuracy import relative_error
 from plugrt.engine.precision import float_slots
 from plugrt.errors import PlanError, PlugrtError
 from plugrt.registry import Registry, default_registry
+from test_tuner import DOMAIN, Twice, _variant
 
 #: An FP16 engine's relative error against the FP32 model (the issue's figure).
 FP16_TOLERANCE = 1e-2
@@ -387,3 +386,27 @@ def test_bad_precision_flags_exit_with_a_message(tmp_path, capsys, argv, message
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "m.plan").exists()
+
+
+def test_a_small_gain_does_not_pay_for_the_conversions():
+    """FP32 is faster for both MatMuls, FP16 a hair faster for the Sigmoid between them:
+    the Sigmoid stays FP32, as its input would need a conversion costing more than it saves."""
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"),
+                               helper.make_node("Sigmoid", ["a"], ["s"], name="sigmoid"),
+                               helper.make_node("MatMul", ["s", "w2"], ["y"], name="mm2")], "islands",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(_weights(rng, 4, 4), "w1"),
+                               numpy_helper.from_array(_weights(rng, 4, 4), "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def measure(run) -> float:
+        if run.node.op_type == "MatMul":
+            return 2.0 if _fp16_args(run) else 1.0
+        return 0.9999 if _fp16_args(run) else 1.0
+
+    engine = build(model, None, measure, fp16=True, fusion=False, optimization_level=1)
+    decisions = engine.precision["decisions"]
+    assert decisions["mm1"] == decisions["mm2"] == decisions["sigmoid"] == "fp32", decisions
+    assert engine.precision["casts"] == 0

@@ -12,7 +12,6 @@ constant B) is held transposed by the tactic, ``[N, K]``, so weight products qua
 from __future__ import annotations
 
 import numpy as np
-
 from plugrt.kernels import Epilogue, aligned, cuda
 from plugrt.plugin import Tactic
 

@@ -38,23 +38,16 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
-
+from plugrt.engine.precision_rewrite import DTYPES, FP16, FP32, NAMES, rewrite
 from plugrt.errors import PlugrtError
 from plugrt.ir.graph import Graph, Value
-from plugrt.ir.infer import infer_node, run_infer
+from plugrt.ir.infer import run_infer
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.ir.tensor import TensorInfo
-from plugrt.passes.rewrite import finish, fresh_name, make_node
-from plugrt.plugin import CONVERT
 
 log = logging.getLogger("plugrt.builder")
 
-FP32, FP16 = "fp32", "fp16"
-DTYPES = {FP32: np.dtype(np.float32), FP16: np.dtype(np.float16)}
-NAMES = {dtype: name for name, dtype in DTYPES.items()}
 CONSTRAINTS = ("prefer", "obey", "none")
-#: What inserted Cast nodes are called in the decisions (the ``reformat`` layers).
-REFORMAT = "reformat"
 #: The largest finite float16.
 FP16_MAX = float(np.finfo(np.float16).max)
 
@@ -109,15 +102,19 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
         return report
     opt = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, registry, profile.shape_values)
     slots, choices = {}, {}
+    made_in: dict[str, str] = {name: NAMES[opt.info(name).dtype] for name in opt.inputs
+                               if opt.info(name).dtype in NAMES}  # tensor -> the precision it is made in
     for index, node in enumerate(opt.nodes):
         if is_host_node(opt, node):
             continue
         found = float_slots(opt, node)
         if found is None:
             continue
-        choice = _choose(opt, node, index, found, registry, config, tuner, constraints.get(index), report)
+        choice = _choose(opt, node, index, found, registry, config, tuner, constraints.get(index), report, made_in)
         if choice is not None:
             slots[index], choices[index] = found, choice
+            for i in found[1]:
+                made_in[node.outputs[i]] = choice
     converting = [i for i, p in choices.items() if p == FP16 and _changes(opt, opt.nodes[i], slots[i], FP16)]
     if converting and check_range:
         _check_range(graph, registry, profile, choices, slots, constraints, config, report)
@@ -125,7 +122,7 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
         for name in opt.nodes[index].origin or (opt.nodes[index].name,):
             report.decisions[name] = precision
     host = {index for index, node in enumerate(opt.nodes) if is_host_node(opt, node)}
-    report.casts = _rewrite(graph, registry, choices, slots, host, report)
+    report.casts = rewrite(graph, registry, choices, slots, host, report.decisions)
     return report
 
 
@@ -218,9 +215,13 @@ def _constraints(graph: Graph, config, model_nodes: set[str]) -> dict[int, str]:
 
 
 def _choose(opt: Graph, node, index: int, slots, registry, config, tuner, wanted: str | None,
-            report: PrecisionReport) -> str | None:
+            report: PrecisionReport, made_in: dict) -> str | None:
     """The node's precision; ``None`` when its plugin offers no tactic in any allowed
-    precision (the builder then reports the node as it would without this step)."""
+    precision (the builder then reports the node as it would without this step).
+
+    Timed, each precision costs its fastest tactic's time plus a conversion of each
+    activation input made in the other precision (:func:`conversion_ms`), so a layer does
+    not leave its neighbours' precision for a gain smaller than the Casts it would need."""
     op = registry.op(node)
     allowed = [FP16, FP32] if config.fp16 else [FP32]
     order = allowed if wanted is None else [wanted] + ([] if config.precision_constraints == "obey"
@@ -256,8 +257,22 @@ def _choose(opt: Graph, node, index: int, slots, registry, config, tuner, wanted
                                   always_time=True)
             times[precision] = choice.time_ms
         if all(ms is not None for ms in times.values()):
-            return min(candidates, key=lambda p: (times[p], candidates.index(p)))
+            cost = {p: times[p] + sum(conversion_ms(opt.info(node.inputs[i])) for i in slots[0]
+                                      if made_in.get(node.inputs[i], p) != p) for p in candidates}
+            return min(candidates, key=lambda p: (cost[p], candidates.index(p)))
     return candidates[0]
+
+
+#: What a conversion kernel is reckoned to cost beside its bytes (a launch in a CUDA
+#: graph, its tail), and the memory bandwidth it moves them at.
+CONVERSION_OVERHEAD_MS = 0.003
+CONVERSION_BYTES_PER_MS = 2.0e9
+
+
+def conversion_ms(info) -> float:
+    """An estimate of converting a tensor between FP32 and FP16 (6 bytes an element)."""
+    elements = int(np.prod(info.shape, dtype=np.int64))
+    return CONVERSION_OVERHEAD_MS + 6 * elements / CONVERSION_BYTES_PER_MS
 
 
 def _variant(opt: Graph, node, slots, precision: str, registry, op, tuner):
@@ -336,102 +351,3 @@ def _peak(value) -> float:
         return 0.0
     finite = np.abs(value[np.isfinite(value)])
     return float(finite.max()) if finite.size else 0.0
-
-
-# ---------------------------------------------------------------------- rewriting
-
-
-def _rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, report: PrecisionReport) -> int:
-    """Retype the chosen nodes' tensors, inserting Casts and converted constants; the
-    number of Casts inserted. A node left as it was reads its inputs in their model
-    dtypes again, except a host node (it reads shapes, not data)."""
-    original = {name: v.info.dtype for name, v in graph.values.items() if v.info is not None}
-    casts: dict[tuple[str, str], str] = {}
-    consts: dict[tuple[str, str], str] = {}
-    opset = int(graph.opsets.get("", 17))
-    nodes = list(graph.nodes)
-    out: list = []
-
-    def cast(name: str, precision: str) -> str:
-        key = (name, precision)
-        if key not in casts:
-            target = fresh_name(graph, f"{name}_{precision}")
-            node = _converter(graph, registry, name, target, precision, opset)
-            graph.values[target] = Value(target)
-            out.append(node)
-            infer_node(graph, registry, node)
-            report.decisions[node.name] = REFORMAT
-            casts[key] = target
-        return casts[key]
-
-    def convert(name: str, precision: str) -> str:
-        key = (name, precision)
-        if key not in consts:
-            target = fresh_name(graph, f"{name}_{precision}")
-            graph.add_const(target, graph.values[name].const.astype(DTYPES[precision]))
-            consts[key] = target
-        return consts[key]
-
-    for index, node in enumerate(nodes):
-        precision = choices.get(index)
-        inputs = list(node.inputs)
-        for i, name in enumerate(inputs):
-            if not name:
-                continue
-            current = graph.info(name).dtype
-            if precision is not None and i in slots[index][0]:
-                wanted = DTYPES[precision]
-            elif index in host:
-                continue
-            else:
-                wanted = original.get(name, current)
-            if current == wanted or wanted not in NAMES or current not in NAMES:
-                continue
-            if graph.values[name].const is not None:
-                inputs[i] = convert(name, NAMES[wanted])
-            else:
-                inputs[i] = cast(name, NAMES[wanted])
-        node = node.replace(inputs=tuple(inputs))
-        out.append(node)
-        infer_node(graph, registry, node)  # its outputs' new dtypes, for the nodes after it
-    graph.nodes = out
-    for name in list(graph.outputs):
-        info = graph.info(name)
-        if name in original and info.dtype != original[name] and info.dtype in NAMES and original[name] in NAMES:
-            _restore_output(graph, registry, name, NAMES[original[name]], opset, report)
-    finish(graph, registry)
-    return sum(1 for p in report.decisions.values() if p == REFORMAT)
-
-
-def _restore_output(graph: Graph, registry, name: str, precision: str, opset: int, report: PrecisionReport) -> None:
-    """Make graph output ``name`` carry its model dtype again: its producer writes a new
-    value, read by everyone, and a Cast writes ``name``."""
-    inner = fresh_name(graph, f"{name}_{NAMES[graph.info(name).dtype]}")
-    graph.values[inner] = Value(inner, graph.info(name))
-    for i, node in enumerate(graph.nodes):
-        if name in node.outputs or name in node.inputs:
-            graph.nodes[i] = node.replace(outputs=tuple(inner if o == name else o for o in node.outputs),
-                                          inputs=tuple(inner if o == name else o for o in node.inputs))
-    node = _converter(graph, registry, inner, name, precision, opset)
-    graph.values[name].info = None
-    graph.nodes.append(node)
-    infer_node(graph, registry, node)
-    report.decisions[node.name] = REFORMAT
-
-
-def _converter(graph: Graph, registry, source: str, target: str, precision: str, opset: int):
-    """A node of an installed ``CONVERT`` op (:meth:`plugrt.plugin.OpPlugin.conversion`)
-    writing ``source`` as ``precision`` to ``target``."""
-    for op in registry.ops():
-        if CONVERT not in op.groups:
-            continue
-        attrs = op.conversion(DTYPES[precision])
-        if attrs is None:
-            continue
-        version = max(int(graph.opsets.get(op.domain, opset)), int(op.since_opset))
-        node = make_node(graph, registry, op.op_type, [source], [target], dict(attrs), opset=version,
-                         domain=op.domain, name=fresh_name(graph, f"{source}/to_{precision}"))
-        if node is not None:
-            return node
-    raise PlugrtError(f"converting {source!r} to {precision}: no installed plugin has a CONVERT op for it (the "
-                      "built-in elementwise plugin's Cast is one); reinstall plugrt or build without --fp16")
