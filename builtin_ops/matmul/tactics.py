@@ -16,6 +16,7 @@ import numpy as np
 from plugrt.kernels import Epilogue, flat, grid_1d, simulated, to_device
 from plugrt.plugin import Launch, Tactic
 
+from . import gemv
 from .plan import M_, N_, NB, USE_C, scaling_type
 from .simt import simt_tactics
 from .tf32 import tf32_tactics
@@ -91,6 +92,11 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
     tactics = [t for _, t in sorted(ranked, key=lambda pair: pair[0])]
     direct = make("direct", {}, direct_kernel(*key, epilogue.fn), lambda: grid_1d(total))
     tactics.insert(0 if (m == 1 or n == 1) else len(tactics), direct)
+    if not zero_points and gemv.suits(meta):  # matrix-vector: a block shares each output's K loop
+        cap = SIM_BLOCKS if simulated() else MAX_TILE_BLOCKS
+        tactics[:0] = [make(f"gemv_{kind}", {"kind": kind}, gemv.gemv_kernel(*key[:3], kind == "columns", epilogue.fn),
+                            lambda c=(kind == "columns"): (gemv.gemv_grid(meta, c, cap), gemv.THREADS))
+                       for kind in ("kdot", "columns")]
     if zero_points:
         return tactics
     fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
