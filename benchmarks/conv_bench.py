@@ -18,7 +18,7 @@ from gemm_bench import FP32_TOL, TF32_TOL, _median_ms, _torch_ms
 LAYERS = ((32, 64, 64, 56), (32, 128, 128, 28), (32, 256, 256, 14), (32, 512, 512, 7))
 
 
-def _layer(batch: int, cin: int, cout: int, size: int, repeats: int, warmup: int) -> dict:
+def _layer(batch: int, cin: int, cout: int, size: int, repeats: int, warmup: int, only=None) -> dict:
     import torch
     from numba import cuda
 
@@ -56,8 +56,8 @@ def _layer(batch: int, cin: int, cout: int, size: int, repeats: int, warmup: int
     out = cuda.device_array(want.shape, np.float32, stream=stream)
     rows = []
     for tactic in op.tactics(node, ins_info, outs_info):
-        if tactic.name.startswith("direct"):
-            continue  # minutes at this size
+        if tactic.name.startswith("direct") or (only and not tactic.name.startswith(tuple(only))):
+            continue  # minutes at this size; or a tactic not asked for
         row = {"name": tactic.name, "math": tactic.math}
         try:
             workspace = cuda.device_array(tactic.workspace_bytes, np.uint8) if tactic.workspace_bytes else None
@@ -84,8 +84,9 @@ def _layer(batch: int, cin: int, cout: int, size: int, repeats: int, warmup: int
             "torch_fp32_ms": torch_fp32, "torch_tf32_ms": torch_tf32}
 
 
-def conv_benchmark(repeats: int = 10, warmup: int = 2) -> dict:
-    layers = [_layer(*shape, repeats, warmup) for shape in LAYERS]
+def conv_benchmark(repeats: int = 10, warmup: int = 2, only=None) -> dict:
+    """``only``: name prefixes of the tactics to time (default: all but ``direct``)."""
+    layers = [_layer(*shape, repeats, warmup, only) for shape in LAYERS]
     print(f"Conv 3x3 (median of {repeats}, CUDA events): best tactics vs cuDNN")
     print(f"{'N,Cin,Cout,HW':18} {'best fp32':34} {'ms':>7} {'best tf32':34} {'ms':>7} {'torch fp32':>10} {'tf32':>7}")
     for layer in layers:

@@ -295,11 +295,13 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
 
 
 def conv_gemm_launches(geo: ConvGeometry, dtype, tile, threads: int, kernel, splits: int | None,
-                       epilogue: Epilogue, pointwise: bool):
+                       epilogue: Epilogue, pointwise: bool, shared_bytes: int = 0, weights=None):
     """``(launches, workspace_bytes, splits)`` of a GEMM-form Conv kernel with
     :func:`gemm_kernel`'s arguments and block loops, for a tile with ``bm``, ``bn`` and
     ``bk`` (output channels, output pixels, K step): the K table, the geometry header, the
-    grid, and split K's partial sums with their :func:`split_sum_kernel` launch."""
+    grid, and split K's partial sums with their :func:`split_sum_kernel` launch.
+    ``shared_bytes``: the kernel's dynamic shared memory; ``weights(w)`` (given) turns the
+    flat weight array into the one the kernel reads."""
     assert not geo.transposed and geo.rank in (1, 2)
     assert not pointwise or is_pointwise(geo)
     geo2 = geometry_2d(geo)
@@ -330,9 +332,10 @@ def conv_gemm_launches(geo: ConvGeometry, dtype, tile, threads: int, kernel, spl
             partial = to_device(np.zeros(1, np.float32))
         y = flat(outs[0])
         operands = epilogue.arguments(ins)
+        w = flat(own[1]) if weights is None else weights(flat(own[1]))
         run = [Launch(kernel, grid, threads,
-                      (y, flat(own[0]), flat(own[1]), b, partial, to_device(table.reshape(-1)),
-                       to_device(np.concatenate([geo2, header])), operands))]
+                      (y, flat(own[0]), w, b, partial, to_device(table.reshape(-1)),
+                       to_device(np.concatenate([geo2, header])), operands), shared_bytes)]
         if splits > 1:
             n_out = geo.out_size
             blocks, block = grid_1d(n_out)

@@ -19,6 +19,7 @@ from .direct import direct2d_tactic, direct_tactic
 from .geometry import ConvGeometry
 from .implicit_gemm import gemm_tactics
 from .tf32 import conv_tf32_tactics
+from .wgmma_conv import wgmma_conv_tactics
 
 #: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
 GEMM_MIN_CHANNELS = 8
@@ -28,7 +29,8 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
     """Every tactic that fits a Conv node, best guess first; each applies ``epilogue`` at
     its final store.
 
-    1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
+    Float32 1-D/2-D nodes on a Hopper GPU first get the ``wgmma`` implicit GEMM
+    (:mod:`.wgmma_conv`, TF32). 1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
     without padding, else the implicit GEMM; one per tile, with and without a K split,
     in :func:`.implicit_gemm.gemm_tactics`' estimated order); float32 ones also the
     TF32 tensor-core tactics (:mod:`.tf32`), last. Depthwise nodes (one
@@ -39,6 +41,9 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
     found = []
     if geo.rank <= 2:
         gemm = gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
+        # Hopper's wgmma implicit GEMM first (TF32; none in the simulator unless a test
+        # offers its tile), the SIMT GEMM its fallback for weights off a 16-byte boundary.
+        found += wgmma_conv_tactics(geo, dtype, epilogue, fallback=gemm[0] if gemm else None)
         depthwise = depthwise_tactics(geo, dtype, epilogue)
         direct2d = [direct2d_tactic(geo, dtype, epilogue)]
         if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
