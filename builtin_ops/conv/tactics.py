@@ -29,21 +29,18 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
     """Every tactic that fits a Conv node, best guess first; each applies ``epilogue`` at
     its final store.
 
-    Float32 1-D/2-D nodes on a Hopper GPU first get the ``wgmma`` implicit GEMM
-    (:mod:`.wgmma_conv`, TF32). 1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
+    1-D/2-D float32/float16 nodes get the GEMM tactics (the plain GEMM for 1x1 kernels
     without padding, else the implicit GEMM; one per tile, with and without a K split,
     in :func:`.implicit_gemm.gemm_tactics`' estimated order); float32 ones also the
     TF32 tensor-core tactics (:mod:`.tf32`), last. Depthwise nodes (one
     input channel per group) get the depthwise tactics, any 1-D/2-D node the direct 2-D
     kernel. With few output channels per group the GEMM's channel tile would be mostly
     empty, so the depthwise and direct 2-D kernels lead there. The N-d direct kernel
-    comes after those, then the TF32 ones."""
+    comes after those, then the TF32 ones (Hopper's ``wgmma`` implicit GEMM,
+    :mod:`.wgmma_conv`, then ``mma.sync``)."""
     found = []
     if geo.rank <= 2:
         gemm = gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
-        # Hopper's wgmma implicit GEMM first (TF32; none in the simulator unless a test
-        # offers its tile), the SIMT GEMM its fallback for weights off a 16-byte boundary.
-        found += wgmma_conv_tactics(geo, dtype, epilogue, fallback=gemm[0] if gemm else None)
         depthwise = depthwise_tactics(geo, dtype, epilogue)
         direct2d = [direct2d_tactic(geo, dtype, epilogue)]
         if geo.out_channels // geo.group >= GEMM_MIN_CHANNELS:
@@ -51,9 +48,12 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
         else:
             found += depthwise + direct2d + gemm
     found.append(direct_tactic(geo, dtype, epilogue))
-    # TF32 tensor cores last: not yet measured on the H200, so only the tuner's highest
-    # level (which times every tactic, after verifying it) considers them.
-    return found + conv_tf32_tactics(geo, dtype, epilogue)
+    # TF32 tensor cores last, so only the tuner's highest level (which times every tactic,
+    # after verifying it) considers them: the wgmma implicit GEMM (15-20% of cuDNN TF32 on
+    # the H200, 1.3x the mma.sync one; not yet validated on every shape), then mma.sync.
+    # The SIMT GEMM is the wgmma one's fallback for weights off a 16-byte boundary.
+    fallback = next((t for t in found if t.name.startswith(("implicit_gemm", "gemm_1x1"))), None)
+    return found + wgmma_conv_tactics(geo, dtype, epilogue, fallback) + conv_tf32_tactics(geo, dtype, epilogue)
 
 
 def conv_transpose_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
