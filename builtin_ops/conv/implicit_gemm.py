@@ -250,6 +250,35 @@ def split_sum_kernel(epilogue_fn):
     return split_sum
 
 
+@functools.lru_cache(maxsize=None)
+def conv_tile_store(bm: int, bn: int, threads: int, epilogue_fn):
+    """``store(smem, y, b, partial, operands, g, m0, p0, z, mg, cout, npix, ohw, splits,
+    has_bias, tid)``: a block's ``bm x bn`` output tile (output channels x pixels, staged
+    row-major in ``smem`` beforehand, between barriers) stored by consecutive threads on
+    consecutive pixels: with the bias and the fused epilogue, or with K split as partial
+    sums for :func:`split_sum_kernel`. The tensor-core convs share it."""
+
+    @jit(device=True)
+    def store(smem, y, b, partial, operands, g, m0, p0, z, mg, cout, npix, ohw, splits, has_bias, tid):
+        for e in range(tid, bm * bn, threads):
+            row = e // bn
+            m = m0 + row
+            pj = p0 + e - row * bn
+            if m < mg and pj < npix:
+                channel = g * mg + m
+                total = smem[e]
+                if splits == 1:
+                    if has_bias != 0:
+                        total += float32(b[channel])
+                    nj = pj // ohw
+                    o = int64((nj * cout + channel) * ohw + (pj - nj * ohw))
+                    y[o] = epilogue_fn(total, o, operands)
+                else:
+                    partial[(z * cout + channel) * npix + pj] = total
+
+    return store
+
+
 def k_table(geo2: np.ndarray) -> np.ndarray:
     """int64[3, K] for K = (c, kh, kw): X offset from the window origin, kh * dh, kw * dw."""
     height, width = int(geo2[G2_H]), int(geo2[G2_W])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import float32, int64
+from numba import float32
 
 from plugrt.kernels import Epilogue, cuda, jit, literal_unroll, no_epilogue, round_tf32, simulated, tf32_mma
 from plugrt.plugin import Tactic
@@ -28,7 +28,8 @@ from .geometry import (
     G2_C, G2_CG, G2_H, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W, ConvGeometry,
 )
 from .implicit_gemm import (
-    GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, is_pointwise,
+    GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, conv_tile_store,
+    is_pointwise,
 )
 
 #: Tiles offered on a GPU: 8 warps, 128 output channels x 64 pixels or 64 x 128, K step 16
@@ -67,6 +68,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
     warp_mma = warp_mma_for(MI, NI, (1, LDA), (1, LDB), False, emulated)
     stage = accumulator_stager(MI, NI, BN)
     to_tf32 = round_tf32 if emulated else tf32_mma()[0]
+    store = conv_tile_store(BM, BN, NT, epilogue_fn)
 
     def conv_tf32(y, x, w, b, partial, ktab, geo, operands):
         smem = cuda.shared.array(SMEM, float32)  # A tile k-major, then B tile k-major
@@ -141,21 +143,7 @@ def conv_tf32_kernel(config: Tf32Config, epilogue_fn, pointwise: bool, emulated:
                     # consecutive pixels.
                     stage(smem, acc, wrow, wcol, lane)
                     cuda.syncthreads()
-                    for e in range(tid, BM * BN, NT):
-                        row = e // BN
-                        m = m0 + row
-                        pj = p0 + e - row * BN
-                        if m < mg and pj < npix:
-                            channel = g * mg + m
-                            total = smem[e]
-                            if splits == 1:
-                                if has_bias != 0:
-                                    total += float32(b[channel])
-                                nj = pj // ohw
-                                o = int64((nj * cout + channel) * ohw + (pj - nj * ohw))
-                                y[o] = epilogue_fn(total, o, operands)
-                            else:
-                                partial[(z * cout + channel) * npix + pj] = total
+                    store(smem, y, b, partial, operands, g, m0, p0, z, mg, cout, npix, ohw, splits, has_bias, tid)
                     cuda.syncthreads()  # the next tile stages into the same buffer
 
     conv_tf32.__name__ = f"conv_tf32_{config.bm}x{config.bn}x{config.bk}{'_1x1' if pointwise else ''}"

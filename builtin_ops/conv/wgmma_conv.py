@@ -39,7 +39,9 @@ from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops, ops_for
 from .geometry import (
     G2_C, G2_CG, G2_H, G2_M, G2_MG, G2_N, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W, ConvGeometry,
 )
-from .implicit_gemm import GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches
+from .implicit_gemm import (
+    GE_GROUP, GE_HAS_BIAS, GE_K, GE_KCHUNK, GE_SPLITS, choose_splits, conv_gemm_launches, conv_tile_store,
+)
 
 #: Tiles offered on a Hopper GPU: two warpgroups (128 output channels) over 128 or 256 pixels.
 GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 128, 4), WgmmaConfig(2, 256, 3))
@@ -104,6 +106,7 @@ def wgmma_conv_kernel(config: WgmmaConfig, epilogue_fn, emulated: bool | None = 
     mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated)
     copy_a = tile_copier(BM, True, NT, False, emulated)
     copy_b = pixel_copier(config, emulated)
+    store = conv_tile_store(BM, BN, NT, epilogue_fn)
     AHEAD = S - 2
     PENDING = AHEAD - 1
 
@@ -189,21 +192,7 @@ def wgmma_conv_kernel(config: WgmmaConfig, epilogue_fn, emulated: bool | None = 
                         smem[(out_row + 8) * BN + out_col + 8 * j] = acc[4 * j + 2]
                         smem[(out_row + 8) * BN + out_col + 8 * j + 1] = acc[4 * j + 3]
                     cuda.syncthreads()
-                    for e in range(tid, BM * BN, NT):
-                        row = e // BN
-                        m = m0 + row
-                        pj = p0 + e - row * BN
-                        if m < mg and pj < npix:
-                            channel = g * mg + m
-                            total = smem[e]
-                            if splits == 1:
-                                if has_bias != 0:
-                                    total += float32(b[channel])
-                                nj = pj // ohw
-                                o = int64((nj * cout + channel) * ohw + (pj - nj * ohw))
-                                y[o] = epilogue_fn(total, o, operands)
-                            else:
-                                partial[(z * cout + channel) * npix + pj] = total
+                    store(smem, y, b, partial, operands, g, m0, p0, z, mg, cout, npix, ohw, splits, has_bias, tid)
                     cuda.syncthreads()  # the next tile's copies reuse the buffers
 
     conv_wgmma.__name__ = f"conv_wgmma_{config.bm}x{config.bn}x{BK}_s{config.stages}"
