@@ -1,6 +1,7 @@
 """Matrix products: MatMul, Gemm and MatMulInteger.
 
-- :mod:`.ops`: the op plugins;
+- :mod:`.ops`: the op plugins (MatMul, Gemm, MatMulInteger, ``com.microsoft::FusedMatMul``);
+- :mod:`.fold_transposes`: the pass folding a last-two-dims Transpose into a product;
 - :mod:`.plan`: how a product is described on the host (the ``meta``/``offs`` every kernel
   reads), the element types and the store's value function;
 - :mod:`.tactics`: which kernels serve a product, and in which order (the one module the op
@@ -13,8 +14,9 @@
 """
 
 from plugrt import hookimpl
+from plugrt.plugin import GraphPass
 
-from . import ops
+from . import fold_transposes, ops
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS
@@ -26,3 +28,14 @@ PLUGRT_API = (1, 1)
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]
+
+
+#: After the contrib plugins' fusion passes (priority 100): the attention plugin matches
+#: MatMul(Q, Transpose(K)) itself.
+PASS_PRIORITY = 200
+
+
+@hookimpl
+def plugrt_passes():
+    return [GraphPass("fold_transposes", fold_transposes.run, priority=PASS_PRIORITY,
+                      description="MatMul(A, Transpose(B)) swapping the last two dims -> FusedMatMul(transB)")]

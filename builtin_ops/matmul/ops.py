@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.kernels import broadcast_strides, no_epilogue
-from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
+from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, Example, OpPlugin, TensorInfo, dims, optional
 from plugrt_builtin_ops.common.scale_folding import vector_along
 
 from .plan import gemm_plan, product_plan
@@ -238,4 +238,69 @@ class MatMulInteger(OpPlugin):
         return broadcast_strides(shape, operand.shape)
 
 
-OPS = (MatMul, Gemm, MatMulInteger)
+class FusedMatMul(OpPlugin):
+    """ONNX Runtime's ``com.microsoft::FusedMatMul``: ``Y = alpha * A' @ B'``, A' and B' the
+    operands with their last two dims swapped under ``transA`` / ``transB`` (numpy.matmul
+    otherwise, batch dims broadcast). The family's ``fold_transposes`` pass makes one of
+    ``MatMul(A, Transpose(B))`` so the product reads B through its own strides (no
+    transpose kernel, and B K-contiguous for the tensor-core tactics). ``transBatchA`` and
+    ``transBatchB`` are claimed at 0 only."""
+
+    domain = "com.microsoft"
+    op_type = "FusedMatMul"
+    since_opset = 1
+    inputs = (2, 2)
+    groups = frozenset({ANCHOR})
+    dtypes = FLOAT_DTYPES
+    attributes = (Attr("alpha", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0),
+                  Attr("transBatchA", "int", 0), Attr("transBatchB", "int", 0))
+
+    def check(self, node, inputs):
+        a, b = inputs
+        if a.dtype != b.dtype:
+            raise self.unsupported(node, f"mixed input dtypes {a.dtype} and {b.dtype}", "cast to one dtype")
+        for flag in ("transBatchA", "transBatchB"):
+            if node.attrs[flag]:
+                raise self.unsupported(node, f"{flag}={node.attrs[flag]}", "transpose the batch dims with a Transpose")
+        for flag, operand in (("transA", a), ("transB", b)):
+            if node.attrs[flag] and operand.rank < 2:
+                raise self.unsupported(node, f"{flag} on a {operand.rank}-D operand", "give operands of rank >= 2")
+
+    @staticmethod
+    def _logical(shape: tuple, transposed) -> tuple:
+        shape = tuple(shape)
+        return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
+
+    def infer(self, node, inputs):
+        a, b = inputs
+        shape = matmul_shape(node, self._logical(a.shape, node.attrs["transA"]),
+                             self._logical(b.shape, node.attrs["transB"]))
+        return [TensorInfo(a.dtype, shape)]
+
+    def reference(self, node, inputs):
+        a, b = inputs
+        a = np.swapaxes(a, -1, -2) if node.attrs["transA"] else a
+        b = np.swapaxes(b, -1, -2) if node.attrs["transB"] else b
+        return [(float(node.attrs["alpha"]) * _product(a, b, a.dtype)).astype(a.dtype, copy=False)]
+
+    def tactics(self, node, inputs, outputs, epilogue=None):
+        a, b = inputs
+        trans_a, trans_b = bool(node.attrs["transA"]), bool(node.attrs["transB"])
+        if a.rank < 2 or b.rank < 2:  # 1-D operands: no transposes (check), MatMul's plan
+            meta, offs = product_plan(a.shape, b.shape)
+        else:
+            meta, offs = product_plan(a.shape, b.shape, trans_a=trans_a, trans_b=trans_b)
+        b_value = None if b.value is None or trans_b else b.value
+        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                               epilogue=epilogue or no_epilogue(len(node.inputs)),
+                               alpha=float(node.attrs["alpha"]), b_value=b_value)
+
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        return [Example((TensorInfo(f32, (2, 3, 5, 8)), TensorInfo(f32, (2, 3, 6, 8))), {"transB": 1}),
+                Example((TensorInfo(f32, (8, 5)), TensorInfo(f32, (3, 8, 6))), {"transA": 1, "alpha": 0.5}),
+                Example((TensorInfo(f16, (4, 16)), TensorInfo(f16, (7, 16))), {"transB": 1}, rtol=1e-2, atol=1e-2),
+                Example((TensorInfo(f32, (1, 4, 8)), TensorInfo(f32, (8, 3))), {"alpha": 2.0})]
+
+
+OPS = (MatMul, Gemm, MatMulInteger, FusedMatMul)

@@ -96,13 +96,18 @@ def _own_strides(shape: tuple) -> np.ndarray:
     return broadcast_strides(shape, shape)
 
 
-def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None) -> tuple[np.ndarray, np.ndarray]:
+def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None, trans_a: bool = False,
+                 trans_b: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``meta`` and ``offs`` of ``numpy.matmul(a, b)`` on C-contiguous operands.
 
     ``za``/``zb``: element strides of zero-point tensors broadcast over A's/B's own dims
-    (``None``: no zero point, read as 0 through zero strides).
+    (``None``: no zero point, read as 0 through zero strides). ``trans_a``/``trans_b``: the
+    operand as stored is the transpose of its last two dims (``FusedMatMul``'s ``transA``,
+    ``transB``): the product reads it through swapped strides.
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if trans_a or trans_b:
+        return _transposed_plan(a_shape, b_shape, trans_a, trans_b)
     a2 = a_shape if len(a_shape) > 1 else (1,) + a_shape
     b2 = b_shape if len(b_shape) > 1 else b_shape + (1,)
     m, k, n = a2[-2], a2[-1], b2[-1]
@@ -138,6 +143,37 @@ def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None) -> tuple[np.n
     meta[[SAM, SAK, SBK, SBN]] = sam, sak, sbk, sbn
     meta[[SZAM, SZAK, SZBK, SZBN]] = szam, szak, szbk, szbn
     meta[A_KC], meta[B_NC] = int(sak == 1), int(sbn == 1)
+    return meta, np.ascontiguousarray(offs.reshape(-1))
+
+
+def _transposed_plan(a_shape: tuple, b_shape: tuple, trans_a: bool, trans_b: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`product_plan` of operands of rank >= 2 stored transposed (no zero points)."""
+    def logical(shape, transposed):
+        strides = _own_strides(shape)
+        if transposed:
+            shape = shape[:-2] + (shape[-1], shape[-2])
+            strides = np.concatenate([strides[:-2], strides[-1:], strides[-2:-1]])
+        return shape, strides
+
+    (a_log, a_st), (b_log, b_st) = logical(a_shape, trans_a), logical(b_shape, trans_b)
+    batch = tuple(np.broadcast_shapes(a_log[:-2], b_log[:-2]))
+    m, k, n = a_log[-2], a_log[-1], b_log[-1]
+
+    def lead(strides, shape):
+        out = np.zeros(len(batch), np.int64)
+        extra = len(shape) - 2
+        if extra and batch:
+            own = np.where(np.asarray(shape[:-2]) == 1, 0, strides[:-2])  # broadcast dims read at 0
+            out[len(batch) - extra:] = own
+        return out
+
+    offs = np.stack([_batch_offsets(batch, lead(a_st, a_log)), _batch_offsets(batch, lead(b_st, b_log)),
+                     _batch_offsets(batch, np.zeros(len(batch), np.int64)),
+                     _batch_offsets(batch, np.zeros(len(batch), np.int64))], axis=1)
+    meta = np.zeros(META_LEN, np.int64)
+    meta[[NB, M_, N_, K_]] = int(np.prod(batch, dtype=np.int64)), m, n, k
+    meta[[SAM, SAK, SBK, SBN]] = a_st[-2], a_st[-1], b_st[-2], b_st[-1]
+    meta[A_KC], meta[B_NC] = int(meta[SAK] == 1), int(meta[SBN] == 1)
     return meta, np.ascontiguousarray(offs.reshape(-1))
 
 

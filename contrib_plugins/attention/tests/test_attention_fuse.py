@@ -176,3 +176,11 @@ def test_not_fused(case):
 def test_random_feeds_cover_the_mask():
     graph = merged_k(torch_style(mask=(B, 1, 1, S)))
     assert set(random_feeds(graph)) == {"q", "k", "v", "mask"}
+
+
+def test_the_matmul_familys_transpose_fold_leaves_the_pattern_to_this_pass():
+    """The built-in ``fold_transposes`` (priority 200) runs after this pass (100): the
+    K transpose is still there when attention is matched."""
+    graph = through_pipeline(torch_style())
+    kinds = ops_of(graph)
+    assert OP_TYPE in kinds and "FusedMatMul" not in kinds
