@@ -350,6 +350,17 @@ def cmd_inspect(args) -> int:
         for entry in report["passes"]:
             if entry["rewrites"]:
                 print(f"  {entry['name']:34s} {entry['nodes_before']:5d} -> {entry['nodes_after']:5d}")
+    precision = report.get("precision")
+    if precision:
+        flags = [name for name in ("fp16", "strongly_typed") if precision[name]]
+        print(f"precision: built with {', '.join(flags) or 'the model types'}; {precision['casts']} conversions "
+              f"inserted; constraints {precision['constraints']}")
+        for fallback in precision["fallbacks"]:
+            print(f"  {fallback['layer']}: {fallback['reason']}")
+        if precision["accuracy"]:
+            errors = ", ".join(f"{name} {error if isinstance(error, str) else f'{error:.3g}'}"
+                               for name, error in precision["accuracy"]["outputs"].items())
+            print(f"  the build's accuracy check (relative error against the model's reference): {errors}")
     print(f"memory: weights {memory['weights_bytes']} B, arena {memory['arena_bytes']} B, "
           f"workspace {memory['workspace_bytes']} B")
     return 0

@@ -371,6 +371,9 @@ def test_build_fp16_prints_precisions_and_accuracy(tmp_path, capsys):
     assert by_node["conv2"]["precision"] == "fp32" and by_node["conv1"]["precision"] == "fp16"
     assert all(layer["format"] == "linear" for layer in report["layers"])
     assert report["precision"]["layer_precisions"] == {"conv2": "fp32"}
+    assert main(["inspect", str(plan)]) == 0
+    text = capsys.readouterr().out
+    assert "precision: built with fp16" in text and "the build's accuracy check" in text
 
 
 @pytest.mark.parametrize("argv, message", [
