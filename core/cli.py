@@ -352,7 +352,7 @@ def cmd_inspect(args) -> int:
                 print(f"  {entry['name']:34s} {entry['nodes_before']:5d} -> {entry['nodes_after']:5d}")
     precision = report.get("precision")
     if precision:
-        flags = [name for name in ("fp16", "strongly_typed") if precision[name]]
+        flags = [name for name in ("fp16", "fp16_io", "strongly_typed") if precision.get(name)]
         print(f"precision: built with {', '.join(flags) or 'the model types'}; {precision['casts']} conversions "
               f"inserted; constraints {precision['constraints']}")
         for fallback in precision["fallbacks"]:

@@ -45,6 +45,9 @@ def add_build_options(parser) -> None:
     precision.add_argument("--precision-constraints", choices=("prefer", "obey", "none"), default=None,
                            help="how --layer-precision binds: prefer (default: followed where the layer's plugin "
                                 "can, else a warning), obey (else the build fails), none (ignored)")
+    precision.add_argument("--fp16-io", action="store_true",
+                           help="the engine's float32 inputs and outputs become FP16 bindings (feed and read "
+                                "float16 arrays): no conversion at the ends of an FP16 engine")
     precision.add_argument("--strongly-typed", action="store_true",
                            help="build the model exactly as typed (an FP16 model runs in FP16); no --fp16 or "
                                 "--layer-precision with it")
@@ -67,6 +70,7 @@ BUILD_ONLY = (("min_shapes", "--min-shapes", ""), ("opt_shapes", "--opt-shapes",
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
               ("precision_constraints", "--precision-constraints", None), ("strongly_typed", "--strongly-typed", False),
+              ("fp16_io", "--fp16-io", False),
               ("no_accuracy_check", "--no-accuracy-check", False))
 
 
@@ -126,7 +130,8 @@ def build_engine(args, model, run_shapes: dict | None = None):
                            timing_cache=args.timing_cache, progress=not args.no_progress, fp16=args.fp16,
                            layer_precisions=parse_layer_precisions(args.layer_precision),
                            precision_constraints=args.precision_constraints or "prefer",
-                           strongly_typed=args.strongly_typed, accuracy_check=not args.no_accuracy_check)
+                           strongly_typed=args.strongly_typed, accuracy_check=not args.no_accuracy_check,
+                           fp16_io=args.fp16_io)
     add_profile(config, args, run_shapes)
     return Builder().build_engine(model, config)
 

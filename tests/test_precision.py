@@ -160,6 +160,26 @@ def test_every_precision_combination_matches_onnxruntime(name, combination):
         assert layer["format"] == "linear"
 
 
+@pytest.mark.parametrize("fp16", [True, False])
+def test_fp16_io_makes_float32_bindings_fp16(rng, fp16):
+    """--fp16-io: the engine takes and gives float16 arrays (TensorRT's fp16 I/O formats);
+    with FP16 layers there is no conversion at either end."""
+    model = conv_net()
+    engine = build(model, fp16=fp16, fp16_io=True)
+    assert engine.graph.info("x").dtype == np.float16 and engine.graph.info("y").dtype == np.float16
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float16)
+    got = engine.create_execution_context().execute({"x": x})["y"]
+    expected = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x.astype(np.float32)})[0]
+    assert got.dtype == np.float16 and relative_error(got, expected) <= FP16_TOLERANCE
+    conversions = [layer for layer in engine.inspect()["layers"] if layer["precision"] == "reformat"]
+    if fp16:
+        assert not conversions and engine.precision["fp16_io"] is True
+    else:  # FP32 layers: in and out through conversions
+        assert len(conversions) == 2
+    assert engine.precision["accuracy"]["max"] <= FP16_TOLERANCE
+
+
 def test_an_fp16_engine_stores_its_weights_in_fp16_and_keeps_its_bindings():
     model = conv_net()
     engine = build(model, fp16=True)
@@ -255,6 +275,7 @@ def test_constraints_apply_without_fp16_and_none_ignores_them(caplog):
     ({"layer_precisions": {"conv9": "fp32"}}, "no node named 'conv9'; did you mean 'conv"),
     ({"layer_precisions": {"conv1": "int8"}}, "the precisions are fp32, fp16"),
     ({"fp16": True, "strongly_typed": True}, "--fp16 with --strongly-typed"),
+    ({"fp16_io": True, "strongly_typed": True}, "--fp16-io with --strongly-typed"),
     ({"layer_precisions": {"conv1": "fp32"}, "strongly_typed": True}, "--layer-precision with --strongly-typed"),
     ({"precision_constraints": "always"}, "use one of prefer, obey, none"),
 ])

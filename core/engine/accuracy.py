@@ -37,8 +37,9 @@ def check_accuracy(engine, report) -> dict | None:
     precision step's inputs; ``None`` when the step ran no reference."""
     if report.reference is None or report.feeds is None:
         return None
+    feeds = {name: np.asarray(value, engine.graph.info(name).dtype) for name, value in report.feeds.items()}
     with engine.create_execution_context(use_cuda_graph=False) as context:
-        got = context.execute(report.feeds)
+        got = context.execute(feeds)
     errors = {name: relative_error(got[name], report.reference[name]) for name in engine.output_names}
     worst = max(errors.values(), default=0.0)
     log.info("accuracy at opt shapes against the model's reference: %s",

@@ -214,9 +214,9 @@ def check_header(header, arrays: dict, label: str) -> None:
 def _check_precision(fields: Fields, precision) -> None:
     """What the precision step chose (:mod:`plugrt.engine.precision`): informational,
     but well formed."""
-    fields.record(precision, "precision", _PRECISION)
-    for key in ("fp16", "strongly_typed"):
-        if not isinstance(precision[key], bool):
+    fields.record(precision, "precision", _PRECISION, ("fp16_io",))
+    for key in ("fp16", "fp16_io", "strongly_typed"):
+        if key in precision and not isinstance(precision[key], bool):
             raise fields.fail(f"precision.{key}", "true or false", precision[key])
     fields.text(precision["constraints"], "precision.constraints")
     for key in ("layer_precisions", "decisions"):

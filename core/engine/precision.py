@@ -67,7 +67,7 @@ class PrecisionReport:
     reference: dict | None = None
 
     def as_json(self, config, accuracy: dict | None) -> dict:
-        return {"fp16": bool(config.fp16), "strongly_typed": bool(config.strongly_typed),
+        return {"fp16": bool(config.fp16), "fp16_io": bool(config.fp16_io), "strongly_typed": bool(config.strongly_typed),
                 "constraints": config.precision_constraints if config.layer_precisions else "none",
                 "layer_precisions": dict(sorted(config.layer_precisions.items())),
                 "decisions": dict(sorted(self.decisions.items())), "fallbacks": list(self.fallbacks),
@@ -82,8 +82,8 @@ def check_config(config) -> None:
     for name, precision in config.layer_precisions.items():
         if precision not in DTYPES:
             raise PlugrtError(f"layer precision {name}:{precision}: the precisions are {', '.join(DTYPES)}")
-    if config.strongly_typed and (config.fp16 or config.layer_precisions):
-        given = "--fp16" if config.fp16 else "--layer-precision"
+    if config.strongly_typed and (config.fp16 or config.layer_precisions or config.fp16_io):
+        given = "--fp16" if config.fp16 else "--layer-precision" if config.layer_precisions else "--fp16-io"
         raise PlugrtError(f"{given} with --strongly-typed: a strongly typed build runs every layer in the dtype "
                           "the model gives it; drop one of them")
 
@@ -98,11 +98,11 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
         return report
     constraints = _constraints(graph, config, model_nodes)
     has_fp16 = any(v.info is not None and v.info.dtype == DTYPES[FP16] for v in graph.values.values())
-    if not config.fp16 and not constraints and not has_fp16:
+    if not config.fp16 and not constraints and not has_fp16 and not config.fp16_io:
         return report
     opt = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, registry, profile.shape_values)
     slots, choices = {}, {}
-    made_in: dict[str, str] = {name: NAMES[opt.info(name).dtype] for name in opt.inputs
+    made_in: dict[str, str] = {name: FP16 if config.fp16_io else NAMES[opt.info(name).dtype] for name in opt.inputs
                                if opt.info(name).dtype in NAMES}  # tensor -> the precision it is made in
     for index, node in enumerate(opt.nodes):
         if is_host_node(opt, node):
@@ -116,13 +116,13 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
             for i in found[1]:
                 made_in[node.outputs[i]] = choice
     converting = [i for i, p in choices.items() if p == FP16 and _changes(opt, opt.nodes[i], slots[i], FP16)]
-    if converting and check_range:
+    if check_range and (converting or config.fp16_io):  # (FP16 bindings round too: check them)
         _check_range(graph, registry, profile, choices, slots, constraints, config, report)
     for index, precision in choices.items():
         for name in opt.nodes[index].origin or (opt.nodes[index].name,):
             report.decisions[name] = precision
     host = {index for index, node in enumerate(opt.nodes) if is_host_node(opt, node)}
-    report.casts = rewrite(graph, registry, choices, slots, host, report.decisions)
+    report.casts = rewrite(graph, registry, choices, slots, host, report.decisions, config.fp16_io)
     return report
 
 

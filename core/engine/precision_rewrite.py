@@ -7,6 +7,7 @@ import numpy as np
 from plugrt.errors import PlugrtError
 from plugrt.ir.graph import Graph, Value
 from plugrt.ir.infer import infer_node
+from plugrt.ir.tensor import TensorInfo
 from plugrt.passes.rewrite import finish, fresh_name, make_node
 from plugrt.plugin import CONVERT
 
@@ -17,11 +18,18 @@ NAMES = {dtype: name for name, dtype in DTYPES.items()}
 REFORMAT = "reformat"
 
 
-def rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, decisions: dict) -> int:
+def rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, decisions: dict,
+            fp16_io: bool = False) -> int:
     """Retype the chosen nodes' tensors, inserting Casts and converted constants; the
     number of Casts inserted. A node left as it was reads its inputs in their model
-    dtypes again, except a host node (it reads shapes, not data)."""
+    dtypes again, except a host node (it reads shapes, not data). With ``fp16_io`` the
+    engine's float32 inputs and outputs become FP16 bindings."""
     original = {name: v.info.dtype for name, v in graph.values.items() if v.info is not None}
+    if fp16_io:
+        for name in graph.inputs:
+            info = graph.values[name].info
+            if info.dtype == DTYPES[FP32] and info.value is None:
+                graph.values[name].info = TensorInfo(DTYPES[FP16], info.shape)
     casts: dict[tuple[str, str], str] = {}
     consts: dict[tuple[str, str], str] = {}
     opset = int(graph.opsets.get("", 17))
@@ -73,8 +81,11 @@ def rewrite(graph: Graph, registry, choices: dict, slots: dict, host: set, decis
     graph.nodes = out
     for name in list(graph.outputs):
         info = graph.info(name)
-        if name in original and info.dtype != original[name] and info.dtype in NAMES and original[name] in NAMES:
-            _restore_output(graph, registry, name, NAMES[original[name]], opset, decisions)
+        wanted = original.get(name)
+        if fp16_io and wanted == DTYPES[FP32]:
+            wanted = DTYPES[FP16]
+        if wanted is not None and info.dtype != wanted and info.dtype in NAMES and wanted in NAMES:
+            _restore_output(graph, registry, name, NAMES[wanted], opset, decisions)
     finish(graph, registry)
     return sum(1 for p in decisions.values() if p == REFORMAT)
 

@@ -143,6 +143,9 @@ class BuilderConfig:
     #: How ``layer_precisions`` bind: ``prefer`` (followed where the layer's plugin can,
     #: else a warning), ``obey`` (else the build fails) or ``none`` (ignored).
     precision_constraints: str = "prefer"
+    #: The engine's float32 inputs and outputs become FP16 bindings (TensorRT's
+    #: ``--inputIOFormats=fp16``): no conversion at either end of an FP16 engine.
+    fp16_io: bool = False
     #: Build the model exactly as typed: no precision choice (``fp16`` and
     #: ``layer_precisions`` are refused with it).
     strongly_typed: bool = False
