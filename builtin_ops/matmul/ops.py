@@ -12,7 +12,7 @@ from plugrt.kernels import broadcast_strides, no_epilogue
 from plugrt.plugin import ANCHOR, FLOAT_DTYPES, Attr, Example, OpPlugin, TensorInfo, dims, optional
 from plugrt_builtin_ops.common.scale_folding import vector_along
 
-from .plan import gemm_plan, product_plan
+from .plan import gemm_plan, permuted_plan, product_plan
 from .tactics import product_tactics
 
 #: MatMul/Gemm element types (ONNX T, bfloat16 aside).
@@ -303,4 +303,64 @@ class FusedMatMul(OpPlugin):
                 Example((TensorInfo(f32, (1, 4, 8)), TensorInfo(f32, (8, 3))), {"alpha": 2.0})]
 
 
-OPS = (MatMul, Gemm, MatMulInteger, FusedMatMul)
+class PermutedMatMul(OpPlugin):
+    """``plugrt.matmul::PermutedMatMul``: ``Y = alpha * matmul(transpose(A, perm_a),
+    transpose(B, perm_b))`` (an empty perm: no transpose), what ``fold_transposes`` makes of
+    a MatMul whose operands are Transposes that swap more than the last two dims (the head
+    split of attention exports: ``[B, S, H, D] -> [B, H, S, D]``, and K's ``[0, 2, 3, 1]``):
+    the product reads each operand through its permuted strides."""
+
+    domain = "plugrt.matmul"
+    op_type = "PermutedMatMul"
+    since_opset = 1
+    inputs = (2, 2)
+    groups = frozenset({ANCHOR})
+    dtypes = FLOAT_DTYPES
+    attributes = (Attr("alpha", "float", 1.0), Attr("perm_a", "ints", ()), Attr("perm_b", "ints", ()))
+
+    def check(self, node, inputs):
+        a, b = inputs
+        if a.dtype != b.dtype:
+            raise self.unsupported(node, f"mixed input dtypes {a.dtype} and {b.dtype}", "cast to one dtype")
+        for name, operand in (("perm_a", a), ("perm_b", b)):
+            perm = list(node.attrs[name] or ())
+            if perm and (operand.rank < 2 or sorted(perm) != list(range(operand.rank))):
+                raise self.unsupported(node, f"{name}={perm} for a {operand.rank}-D operand",
+                                       "give a permutation of the operand's dims (rank >= 2)")
+
+    @staticmethod
+    def _logical(shape: tuple, perm) -> tuple:
+        return tuple(shape[p] for p in perm) if perm else tuple(shape)
+
+    def infer(self, node, inputs):
+        a, b = inputs
+        shape = matmul_shape(node, self._logical(a.shape, node.attrs["perm_a"]),
+                             self._logical(b.shape, node.attrs["perm_b"]))
+        return [TensorInfo(a.dtype, shape)]
+
+    def reference(self, node, inputs):
+        a, b = inputs
+        a = np.transpose(a, node.attrs["perm_a"]) if node.attrs["perm_a"] else a
+        b = np.transpose(b, node.attrs["perm_b"]) if node.attrs["perm_b"] else b
+        return [(float(node.attrs["alpha"]) * _product(a, b, a.dtype)).astype(a.dtype, copy=False)]
+
+    def tactics(self, node, inputs, outputs, epilogue=None):
+        a, b = inputs
+        perm_a, perm_b = list(node.attrs["perm_a"] or ()) or None, list(node.attrs["perm_b"] or ()) or None
+        if a.rank < 2 or b.rank < 2:
+            meta, offs = product_plan(a.shape, b.shape)
+        else:
+            meta, offs = permuted_plan(a.shape, b.shape, perm_a, perm_b)
+        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
+                               epilogue=epilogue or no_epilogue(len(node.inputs)),
+                               alpha=float(node.attrs["alpha"]), b_value=None if perm_b else b.value)
+
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        return [Example((TensorInfo(f32, (2, 5, 3, 8)), TensorInfo(f32, (2, 6, 3, 8))),
+                        {"perm_a": [0, 2, 1, 3], "perm_b": [0, 2, 3, 1], "alpha": 0.5}),
+                Example((TensorInfo(f16, (2, 5, 3, 8)), TensorInfo(f16, (2, 5, 3, 8))),
+                        {"perm_a": [0, 2, 1, 3], "perm_b": [0, 2, 3, 1]}, rtol=1e-2, atol=1e-2)]
+
+
+OPS = (MatMul, Gemm, MatMulInteger, FusedMatMul, PermutedMatMul)

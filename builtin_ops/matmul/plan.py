@@ -148,14 +148,24 @@ def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None, trans_a: bool
 
 def _transposed_plan(a_shape: tuple, b_shape: tuple, trans_a: bool, trans_b: bool) -> tuple[np.ndarray, np.ndarray]:
     """:func:`product_plan` of operands of rank >= 2 stored transposed (no zero points)."""
-    def logical(shape, transposed):
-        strides = _own_strides(shape)
-        if transposed:
-            shape = shape[:-2] + (shape[-1], shape[-2])
-            strides = np.concatenate([strides[:-2], strides[-1:], strides[-2:-1]])
-        return shape, strides
+    def swap(rank, transposed):
+        return list(range(rank - 2)) + [rank - 1, rank - 2] if transposed else None
 
-    (a_log, a_st), (b_log, b_st) = logical(a_shape, trans_a), logical(b_shape, trans_b)
+    return permuted_plan(a_shape, b_shape, swap(len(a_shape), trans_a), swap(len(b_shape), trans_b))
+
+
+def permuted_plan(a_shape: tuple, b_shape: tuple, perm_a, perm_b) -> tuple[np.ndarray, np.ndarray]:
+    """``meta`` and ``offs`` of ``matmul(transpose(a, perm_a), transpose(b, perm_b))`` on
+    C-contiguous operands of rank >= 2 (``None``: no transpose): the product reads each
+    operand through its permuted strides, batch dims broadcast."""
+    def logical(shape, perm):
+        shape, strides = tuple(shape), _own_strides(tuple(shape))
+        if perm is None:
+            return shape, strides
+        perm = [int(p) for p in perm]
+        return tuple(shape[p] for p in perm), np.asarray([strides[p] for p in perm], np.int64)
+
+    (a_log, a_st), (b_log, b_st) = logical(a_shape, perm_a), logical(b_shape, perm_b)
     batch = tuple(np.broadcast_shapes(a_log[:-2], b_log[:-2]))
     m, k, n = a_log[-2], a_log[-1], b_log[-1]
 

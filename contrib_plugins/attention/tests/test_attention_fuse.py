@@ -92,7 +92,7 @@ def merged_k(model):
     registry = default_registry()
     graph = import_model(model, registry=registry)
     optimize(graph, registry, disabled=[name for name in ("fold_scales", "fuse_softmax", "fuse_epilogues",
-                                                          "fuse_pointwise", PASS)])
+                                                          "fuse_pointwise", "fold_transposes", PASS)])
     return graph
 
 
