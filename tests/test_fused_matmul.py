@@ -197,3 +197,18 @@ def test_permuted_matmul_tactics_match_the_reference(rng, dtype):
     a = np.transpose(feeds["a"].astype(np.float64), (0, 2, 1, 3))
     b = np.transpose(feeds["b"].astype(np.float64), (0, 2, 3, 1))
     np.testing.assert_allclose(got.astype(np.float64), 0.5 * (a @ b), rtol=tol, atol=tol)
+
+
+def test_a_plan_with_folded_products_round_trips(rng, tmp_path):
+    from plugrt.engine import Engine
+
+    model = hf_attention()
+    engine = Builder().build_engine(model, BuilderConfig(optimization_level=0, progress=False))
+    path = tmp_path / "hf.plan"
+    engine.save(str(path))
+    loaded = Engine.load(str(path))
+    feeds = {name: rand(rng, (2, 5, 12)) for name in ("xq", "xk", "xv")}
+    feeds["mask"] = np.zeros((2, 1, 1, 5), np.float32)
+    got = loaded.create_execution_context().execute(feeds)["y"]
+    np.testing.assert_allclose(got, onnxruntime_run(model, feeds), rtol=1e-5, atol=1e-5)
+    assert [layer["op"] for layer in loaded.inspect()["layers"]] == [layer["op"] for layer in engine.inspect()["layers"]]
