@@ -238,62 +238,79 @@ class MatMulInteger(OpPlugin):
         return broadcast_strides(shape, operand.shape)
 
 
-class FusedMatMul(OpPlugin):
-    """ONNX Runtime's ``com.microsoft::FusedMatMul``: ``Y = alpha * A' @ B'``, A' and B' the
-    operands with their last two dims swapped under ``transA`` / ``transB`` (numpy.matmul
-    otherwise, batch dims broadcast). The family's ``fold_transposes`` pass makes one of
-    ``MatMul(A, Transpose(B))`` so the product reads B through its own strides (no
-    transpose kernel, and B K-contiguous for the tensor-core tactics). ``transBatchA`` and
-    ``transBatchB`` are claimed at 0 only."""
+class _PermutedProduct(OpPlugin):
+    """``Y = alpha * matmul(transpose(A, perm_a), transpose(B, perm_b))``, the permutations
+    from the node's attributes (:meth:`perms`; ``None``: as stored). The product reads each
+    operand through its permuted strides (:func:`.plan.permuted_plan`); a transposed B is no
+    weight the FP16 tactic may hold transposed."""
 
-    domain = "com.microsoft"
-    op_type = "FusedMatMul"
     since_opset = 1
     inputs = (2, 2)
     groups = frozenset({ANCHOR})
     dtypes = FLOAT_DTYPES
-    attributes = (Attr("alpha", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0),
-                  Attr("transBatchA", "int", 0), Attr("transBatchB", "int", 0))
+
+    def perms(self, node, a_rank: int, b_rank: int) -> tuple[list | None, list | None]:
+        raise NotImplementedError
 
     def check(self, node, inputs):
         a, b = inputs
         if a.dtype != b.dtype:
             raise self.unsupported(node, f"mixed input dtypes {a.dtype} and {b.dtype}", "cast to one dtype")
-        for flag in ("transBatchA", "transBatchB"):
-            if node.attrs[flag]:
-                raise self.unsupported(node, f"{flag}={node.attrs[flag]}", "transpose the batch dims with a Transpose")
-        for flag, operand in (("transA", a), ("transB", b)):
-            if node.attrs[flag] and operand.rank < 2:
-                raise self.unsupported(node, f"{flag} on a {operand.rank}-D operand", "give operands of rank >= 2")
-
-    @staticmethod
-    def _logical(shape: tuple, transposed) -> tuple:
-        shape = tuple(shape)
-        return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
 
     def infer(self, node, inputs):
         a, b = inputs
-        shape = matmul_shape(node, self._logical(a.shape, node.attrs["transA"]),
-                             self._logical(b.shape, node.attrs["transB"]))
+        perm_a, perm_b = self.perms(node, a.rank, b.rank)
+        shape = matmul_shape(node, _permuted(a.shape, perm_a), _permuted(b.shape, perm_b))
         return [TensorInfo(a.dtype, shape)]
 
     def reference(self, node, inputs):
         a, b = inputs
-        a = np.swapaxes(a, -1, -2) if node.attrs["transA"] else a
-        b = np.swapaxes(b, -1, -2) if node.attrs["transB"] else b
+        perm_a, perm_b = self.perms(node, a.ndim, b.ndim)
+        a = np.transpose(a, perm_a) if perm_a else a
+        b = np.transpose(b, perm_b) if perm_b else b
         return [(float(node.attrs["alpha"]) * _product(a, b, a.dtype)).astype(a.dtype, copy=False)]
 
     def tactics(self, node, inputs, outputs, epilogue=None):
         a, b = inputs
-        trans_a, trans_b = bool(node.attrs["transA"]), bool(node.attrs["transB"])
-        if a.rank < 2 or b.rank < 2:  # 1-D operands: no transposes (check), MatMul's plan
-            meta, offs = product_plan(a.shape, b.shape)
+        perm_a, perm_b = self.perms(node, a.rank, b.rank)
+        if perm_a or perm_b:
+            meta, offs = permuted_plan(a.shape, b.shape, perm_a, perm_b)
         else:
-            meta, offs = product_plan(a.shape, b.shape, trans_a=trans_a, trans_b=trans_b)
-        b_value = None if b.value is None or trans_b else b.value
+            meta, offs = product_plan(a.shape, b.shape)
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
                                epilogue=epilogue or no_epilogue(len(node.inputs)),
-                               alpha=float(node.attrs["alpha"]), b_value=b_value)
+                               alpha=float(node.attrs["alpha"]), b_value=None if perm_b else b.value)
+
+
+def _permuted(shape: tuple, perm) -> tuple:
+    return tuple(shape[p] for p in perm) if perm else tuple(shape)
+
+
+class FusedMatMul(_PermutedProduct):
+    """ONNX Runtime's ``com.microsoft::FusedMatMul``: ``Y = alpha * A' @ B'``, A' and B' the
+    operands with their last two dims swapped under ``transA`` / ``transB`` (numpy.matmul
+    otherwise, batch dims broadcast). The family's ``fold_transposes`` pass makes one of
+    ``MatMul(A, Transpose(B))``. ``transBatchA`` and ``transBatchB`` are claimed at 0 only."""
+
+    domain = "com.microsoft"
+    op_type = "FusedMatMul"
+    attributes = (Attr("alpha", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0),
+                  Attr("transBatchA", "int", 0), Attr("transBatchB", "int", 0))
+
+    def perms(self, node, a_rank, b_rank):
+        def swap(rank, flag):
+            return list(range(rank - 2)) + [rank - 1, rank - 2] if node.attrs[flag] else None
+
+        return swap(a_rank, "transA"), swap(b_rank, "transB")
+
+    def check(self, node, inputs):
+        super().check(node, inputs)
+        for flag in ("transBatchA", "transBatchB"):
+            if node.attrs[flag]:
+                raise self.unsupported(node, f"{flag}={node.attrs[flag]}", "transpose the batch dims with a Transpose")
+        for flag, operand in (("transA", inputs[0]), ("transB", inputs[1])):
+            if node.attrs[flag] and operand.rank < 2:
+                raise self.unsupported(node, f"{flag} on a {operand.rank}-D operand", "give operands of rank >= 2")
 
     def examples(self):
         f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -303,57 +320,26 @@ class FusedMatMul(OpPlugin):
                 Example((TensorInfo(f32, (1, 4, 8)), TensorInfo(f32, (8, 3))), {"alpha": 2.0})]
 
 
-class PermutedMatMul(OpPlugin):
+class PermutedMatMul(_PermutedProduct):
     """``plugrt.matmul::PermutedMatMul``: ``Y = alpha * matmul(transpose(A, perm_a),
     transpose(B, perm_b))`` (an empty perm: no transpose), what ``fold_transposes`` makes of
     a MatMul whose operands are Transposes that swap more than the last two dims (the head
-    split of attention exports: ``[B, S, H, D] -> [B, H, S, D]``, and K's ``[0, 2, 3, 1]``):
-    the product reads each operand through its permuted strides."""
+    split of attention exports: ``[B, S, H, D] -> [B, H, S, D]``, and K's ``[0, 2, 3, 1]``)."""
 
     domain = "plugrt.matmul"
     op_type = "PermutedMatMul"
-    since_opset = 1
-    inputs = (2, 2)
-    groups = frozenset({ANCHOR})
-    dtypes = FLOAT_DTYPES
     attributes = (Attr("alpha", "float", 1.0), Attr("perm_a", "ints", ()), Attr("perm_b", "ints", ()))
 
+    def perms(self, node, a_rank, b_rank):
+        return list(node.attrs["perm_a"] or ()) or None, list(node.attrs["perm_b"] or ()) or None
+
     def check(self, node, inputs):
-        a, b = inputs
-        if a.dtype != b.dtype:
-            raise self.unsupported(node, f"mixed input dtypes {a.dtype} and {b.dtype}", "cast to one dtype")
-        for name, operand in (("perm_a", a), ("perm_b", b)):
+        super().check(node, inputs)
+        for name, operand in (("perm_a", inputs[0]), ("perm_b", inputs[1])):
             perm = list(node.attrs[name] or ())
             if perm and (operand.rank < 2 or sorted(perm) != list(range(operand.rank))):
                 raise self.unsupported(node, f"{name}={perm} for a {operand.rank}-D operand",
                                        "give a permutation of the operand's dims (rank >= 2)")
-
-    @staticmethod
-    def _logical(shape: tuple, perm) -> tuple:
-        return tuple(shape[p] for p in perm) if perm else tuple(shape)
-
-    def infer(self, node, inputs):
-        a, b = inputs
-        shape = matmul_shape(node, self._logical(a.shape, node.attrs["perm_a"]),
-                             self._logical(b.shape, node.attrs["perm_b"]))
-        return [TensorInfo(a.dtype, shape)]
-
-    def reference(self, node, inputs):
-        a, b = inputs
-        a = np.transpose(a, node.attrs["perm_a"]) if node.attrs["perm_a"] else a
-        b = np.transpose(b, node.attrs["perm_b"]) if node.attrs["perm_b"] else b
-        return [(float(node.attrs["alpha"]) * _product(a, b, a.dtype)).astype(a.dtype, copy=False)]
-
-    def tactics(self, node, inputs, outputs, epilogue=None):
-        a, b = inputs
-        perm_a, perm_b = list(node.attrs["perm_a"] or ()) or None, list(node.attrs["perm_b"] or ()) or None
-        if a.rank < 2 or b.rank < 2:
-            meta, offs = product_plan(a.shape, b.shape)
-        else:
-            meta, offs = permuted_plan(a.shape, b.shape, perm_a, perm_b)
-        return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                               epilogue=epilogue or no_epilogue(len(node.inputs)),
-                               alpha=float(node.attrs["alpha"]), b_value=None if perm_b else b.value)
 
     def examples(self):
         f32, f16 = np.dtype(np.float32), np.dtype(np.float16)

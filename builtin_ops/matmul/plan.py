@@ -96,18 +96,13 @@ def _own_strides(shape: tuple) -> np.ndarray:
     return broadcast_strides(shape, shape)
 
 
-def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None, trans_a: bool = False,
-                 trans_b: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None) -> tuple[np.ndarray, np.ndarray]:
     """``meta`` and ``offs`` of ``numpy.matmul(a, b)`` on C-contiguous operands.
 
     ``za``/``zb``: element strides of zero-point tensors broadcast over A's/B's own dims
-    (``None``: no zero point, read as 0 through zero strides). ``trans_a``/``trans_b``: the
-    operand as stored is the transpose of its last two dims (``FusedMatMul``'s ``transA``,
-    ``transB``): the product reads it through swapped strides.
+    (``None``: no zero point, read as 0 through zero strides).
     """
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
-    if trans_a or trans_b:
-        return _transposed_plan(a_shape, b_shape, trans_a, trans_b)
     a2 = a_shape if len(a_shape) > 1 else (1,) + a_shape
     b2 = b_shape if len(b_shape) > 1 else b_shape + (1,)
     m, k, n = a2[-2], a2[-1], b2[-1]
@@ -144,14 +139,6 @@ def product_plan(a_shape: tuple, b_shape: tuple, za=None, zb=None, trans_a: bool
     meta[[SZAM, SZAK, SZBK, SZBN]] = szam, szak, szbk, szbn
     meta[A_KC], meta[B_NC] = int(sak == 1), int(sbn == 1)
     return meta, np.ascontiguousarray(offs.reshape(-1))
-
-
-def _transposed_plan(a_shape: tuple, b_shape: tuple, trans_a: bool, trans_b: bool) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`product_plan` of operands of rank >= 2 stored transposed (no zero points)."""
-    def swap(rank, transposed):
-        return list(range(rank - 2)) + [rank - 1, rank - 2] if transposed else None
-
-    return permuted_plan(a_shape, b_shape, swap(len(a_shape), trans_a), swap(len(b_shape), trans_b))
 
 
 def permuted_plan(a_shape: tuple, b_shape: tuple, perm_a, perm_b) -> tuple[np.ndarray, np.ndarray]:
