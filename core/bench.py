@@ -70,13 +70,18 @@ def resolve_shapes(engine, shapes: Mapping[str, tuple] | None = None, option: st
 def random_feeds(engine, shapes: Mapping[str, tuple] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs (never zeros) at ``shapes`` (default: the profile's opt shapes); a
     shape-tensor input gets the values the engine was built for."""
+    return graph_feeds(engine.graph, engine.profile, shapes, seed)
+
+
+def graph_feeds(graph, profile, shapes: Mapping[str, tuple] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """:func:`random_feeds` for a graph and its optimization profile (before an engine exists)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for name in engine.input_names:
-        info = engine.graph.info(name)
-        shape = (shapes or {}).get(name, engine.profile.shapes[name][1])
-        if name in engine.profile.shape_values:
-            feeds[name] = np.asarray(engine.profile.shape_values[name], info.dtype).reshape(shape)
+    for name in graph.inputs:
+        info = graph.info(name)
+        shape = (shapes or {}).get(name, profile.shapes[name][1])
+        if name in profile.shape_values:
+            feeds[name] = np.asarray(profile.shape_values[name], info.dtype).reshape(shape)
         else:
             feeds[name] = random_input(rng, info.dtype, shape)
     return feeds

@@ -307,17 +307,10 @@ def _check_range(graph: Graph, registry, profile, choices: dict, slots: dict, co
     """Run the model through the references at opt shapes; keep FP32 where a tensor an
     FP16 node would read or write exceeds FP16's range; keep the feeds and outputs for the
     accuracy check."""
-    from plugrt.bindings import random_input
+    from plugrt.bench import graph_feeds
     from plugrt.reference import ReferenceExecutor
 
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for name in graph.inputs:
-        info, shape = graph.info(name), profile.shapes[name][1]
-        if name in profile.shape_values:
-            feeds[name] = np.asarray(profile.shape_values[name], info.dtype).reshape(shape)
-        else:
-            feeds[name] = random_input(rng, info.dtype, shape)
+    feeds = graph_feeds(graph, profile)
     peaks = {name: _peak(value) for name, value in feeds.items()}
 
     def observe(node, outputs) -> None:
