@@ -9,6 +9,7 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
     python3 benchmarks/ptx_resources.py                      # the offered TF32/SIMT GEMM and TF32 conv tiles
     python3 benchmarks/ptx_resources.py tf32:4,2,4,8,32,3    # one TF32 GEMM tile (wm,wn,mi,ni,bk[,stages])
     python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
+    python3 benchmarks/ptx_resources.py nhwc16:2,128,5       # one channels-last conv tile, FP16 (nhwc: TF32)
 
 ptxas's "warpgroup.arrive/wait is injected" notes (C7517/C7519) on a wgmma kernel mean its
 accumulators were touched between an MMA and its wait: the MMAs were serialized.
@@ -37,6 +38,7 @@ from numba import cuda  # noqa: E402
 from numba.cuda.compiler import compile_ptx  # noqa: E402
 
 from plugrt_builtin_ops.conv import tf32 as conv_tf32  # noqa: E402
+from plugrt_builtin_ops.conv import wgmma_nhwc  # noqa: E402
 from plugrt_builtin_ops.matmul import simt, tf32, wgmma  # noqa: E402
 
 
@@ -82,6 +84,8 @@ def kernels(spec: str | None):
             yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
         for config in wgmma.WGMMA_CONFIGS:
             yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
+        for config in wgmma_nhwc.GPU_CONFIGS:
+            yield f"conv nhwc16 {config.name}", _nhwc(config, True), GEMM_ARGS
         return
     kind, _, numbers = spec.partition(":")
     values = [int(v) for v in numbers.split(",")]
@@ -95,6 +99,9 @@ def kernels(spec: str | None):
     elif kind == "wgmma":
         config = wgmma.WgmmaConfig(*values)
         yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
+    elif kind in ("nhwc", "nhwc16"):
+        config = wgmma.WgmmaConfig(*values)
+        yield f"conv {kind} {config.name}", _nhwc(config, kind == "nhwc16"), GEMM_ARGS
     elif kind == "conv":
         config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
@@ -105,6 +112,13 @@ def kernels(spec: str | None):
 def _wgmma(config):
     """A whole-tile wgmma kernel (A K-contiguous, B row-contiguous: a plain MatMul)."""
     kernel = wgmma.wgmma_kernel(config, True, False, True, False, _no_epilogue, False)
+    kernel.ptx_arch = "a"
+    return kernel
+
+
+def _nhwc(config, half: bool):
+    """The channels-last implicit GEMM (ragged tiles; FP16 or TF32), sm_90a."""
+    kernel = wgmma.wgmma_kernel(config, True, True, False, False, _no_epilogue, False, half, wgmma_nhwc.nhwc_gather)
     kernel.ptx_arch = "a"
     return kernel
 

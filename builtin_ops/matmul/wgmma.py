@@ -39,7 +39,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, uint32
+from numba import float32, int64, uint32
 
 from plugrt.kernels import Epilogue, aligned, cuda, jit, simulated
 from plugrt.plugin import Tactic
@@ -200,15 +200,39 @@ def tile_copier(rows: int, k_contiguous: bool, threads: int, even: bool, emulate
 
 
 @functools.lru_cache(maxsize=None)
+def strided_rows(rows: int, k_contiguous: bool, threads: int, even: bool, emulated: bool):
+    """A's copies as :func:`wgmma_kernel` calls them, for an operand read through strides
+    (:func:`tile_copier`): ``(setup, copy, slots)`` with ``setup(meta, row0, nrows,
+    state, tid)`` once per block (nothing to do here) and ``copy(src, base, srow, sk, row0,
+    nrows, k0, k_end, smem, tile, tid, meta, state)``; ``state`` is a local int64 array of
+    ``slots`` the setup may fill (a gathering copier's per-row decode)."""
+    tile = tile_copier(rows, k_contiguous, threads, even, emulated)
+
+    @jit(device=True)
+    def setup(meta, row0, nrows, state, tid):
+        state[0] = 0
+
+    @jit(device=True)
+    def copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, at, tid, meta, state):
+        tile(src, base, srow, sk, row0, nrows, k0, k_end, smem, at, tid)
+
+    return setup, copy, 1
+
+
+@functools.lru_cache(maxsize=None)
 def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                 epilogue_fn, emulated: bool | None = None, half: bool = False):
+                 epilogue_fn, emulated: bool | None = None, half: bool = False, gather=None):
     """The wgmma GEMM kernel; arguments, grid and split-K as
     :func:`.simt.simt_kernel`, ``config.threads`` threads.
 
     ``half``: FP16 operands, both K-contiguous, passed as float32 views (a word holds two
     K-neighbours): every copy, swizzle and descriptor works in 4-byte words as for TF32,
     ``meta``'s element counts and strides along K are halved in the kernel, and each
-    ``wgmma`` is k16 (8 words, as TF32's k8)."""
+    ``wgmma`` is k16 (8 words, as TF32's k8).
+
+    ``gather(rows, threads, emulated) -> (setup, copy, slots)`` (hashable; the signatures
+    of :func:`strided_rows`) replaces A's strided copies: an implicit GEMM's im2col
+    (:mod:`plugrt_builtin_ops.conv.wgmma_nhwc`) gathers A's rows from ``meta``'s own slots."""
     config.check()
     if half and not (a_k_contiguous and b_k_contiguous):
         raise ValueError("wgmma FP16 GEMM: both operands must be K-contiguous")
@@ -219,7 +243,10 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     B_RING = S * A_STAGE
     WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
     mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated, HALF)
-    copy_a = tile_copier(BM, bool(a_k_contiguous), NT, bool(even), emulated)
+    if gather is None:
+        setup_a, copy_a, SLOTS = strided_rows(BM, bool(a_k_contiguous), NT, bool(even), emulated)
+    else:
+        setup_a, copy_a, SLOTS = gather(BM, NT, emulated)
     copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
     store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
     AHEAD = S - 2  # tiles copied ahead: one buffer is multiplied, one still read by MMAs in flight
@@ -228,6 +255,7 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
         smem = cuda.shared.array(0, float32)
         acc = cuda.local.array(ACC, float32)
+        state = cuda.local.array(SLOTS, int64)
         m, n, k = meta[M_], meta[N_], meta[K_]
         sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
         tid = cuda.threadIdx.x
@@ -247,12 +275,13 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         b_ring = ring + B_RING
         for i in range(ACC):
             acc[i] = float32(0)
+        setup_a(meta, m0, m, state, tid)
 
         ktiles = (k_end - k_begin + BK - 1) // BK
         for s in range(AHEAD):
             if s < ktiles:
                 kt = k_begin + s * BK
-                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid)
+                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + s * B_STAGE, tid)
             commit_copies()
         for t in range(ktiles):
@@ -272,7 +301,7 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             if ahead < ktiles:  # into tile t - 2's buffer
                 free = ahead % S
                 kt = k_begin + ahead * BK
-                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid)
+                copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + free * B_STAGE, tid)
             commit_copies()
             wait(acc, 1)  # tile t - 1's MMAs are done; tile t's stay in flight
@@ -291,7 +320,8 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         cuda.syncthreads()
         store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
 
-    kernel.__name__ = (f"gemm_{config.name}{'_f16' if HALF else ''}_{'even' if even else 'guarded'}"
+    kernel.__name__ = (f"{'conv' if gather is not None else 'gemm'}_{config.name}{'_f16' if HALF else ''}_"
+                       f"{'even' if even else 'guarded'}"
                        f"{'_splitk' if split else ''}")
     return jit(kernel, launch_bounds=(NT, 1))
 

@@ -1,5 +1,6 @@
 """CUDA tactics of the windowed pools (MaxPool, AveragePool, LpPool): one thread per
-output element (the global pools are in :mod:`.global_pool`).
+output element (the global pools are in :mod:`.global_pool`, the channels-last pools,
+which share this module's geometry table and tap functions, in :mod:`.nhwc_pool`).
 
 Window geometry travels as one small ``int64[ROWS, spatial]`` device table (see
 :func:`window_geometry`), so one compiled kernel serves every shape, kernel size,
@@ -50,7 +51,7 @@ def window_geometry(shape, out_shape, kernel, strides, dilations, pads_begin, pa
 
 
 @jit(device=True)
-def _tap(geo, i, t, nsp):
+def tap_offset(geo, i, t, nsp):
     """Input offset (within one plane) of window tap ``t`` of output element ``i``, or -1
     when the tap falls outside the input (on padding)."""
     off = 0
@@ -86,7 +87,7 @@ def _tap_index(geo, i, t, nsp):
 
 
 @jit(device=True)
-def _count(geo, i, nsp, include_pad):
+def window_count(geo, i, nsp, include_pad):
     """How many taps of output element ``i``'s window an average divides by."""
     total = 1
     for d in range(nsp - 1, -1, -1):
@@ -120,7 +121,7 @@ def max_pool_kernel(dtype: str):
             best = low
             best_tap = 0
             for t in range(taps):
-                off = _tap(geo, o, t, nsp)
+                off = tap_offset(geo, o, t, nsp)
                 v = low
                 if off >= 0:
                     v = load(x, base + off)
@@ -150,7 +151,7 @@ def sum_pool_kernel(dtype: str, lp: bool):
             base = nc * in_plane
             acc = zero
             for t in range(taps):
-                off = _tap(geo, o, t, nsp)
+                off = tap_offset(geo, o, t, nsp)
                 if off >= 0:
                     v = load(x, base + off)
                     if lp:
@@ -160,7 +161,7 @@ def sum_pool_kernel(dtype: str, lp: bool):
             if lp:
                 y[i] = math.pow(acc, inv_p)
             else:
-                count = _count(geo, o, nsp, include_pad)
+                count = window_count(geo, o, nsp, include_pad)
                 if count == 0:
                     y[i] = nan
                 else:

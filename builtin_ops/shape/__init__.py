@@ -8,13 +8,15 @@ Constant, Range, OneHot, Trilu.
 - :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),
   :mod:`.transpose` (the shared-memory tiled transpose) and :mod:`.generators`;
-- :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge.
+- :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge;
+- :mod:`.channels_last`: the fusion pass running convolutions (and the pools and
+  pointwise ops between them) channels-last, with the Transposes between layouts cancelled.
 """
 
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import generator_ops, movement_ops, ops, simplify_pairs
+from . import channels_last, generator_ops, movement_ops, ops, simplify_pairs
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS
@@ -30,9 +32,14 @@ def plugrt_ops():
 
 #: Among the plugins' cleanup passes, lowest first.
 PASS_PRIORITY = 10
+#: Among the fusion passes: after the recognizers (LayerNorm, attention: 100) and the matmul
+#: family's transpose folding (200), on the ops they leave.
+CHANNELS_LAST_PRIORITY = 300
 
 
 @hookimpl
 def plugrt_passes():
     return [GraphPass("simplify_pairs", simplify_pairs.run, priority=PASS_PRIORITY, stage="cleanup",
-                      description="pairs of layout ops that cancel or merge")]
+                      description="pairs of layout ops that cancel or merge"),
+            GraphPass("channels_last", channels_last.run, priority=CHANNELS_LAST_PRIORITY,
+                      description="convolutions channels-last (NHWC) on tensor cores, layout changes cancelled")]

@@ -39,7 +39,8 @@ from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
 
 ENGINE_FORMAT = "plugrt-engine/1"
-#: Every layer's tensor format for now: linear (NCHW, row-major).
+#: A layer's tensor format unless its tactic's ``params["format"]`` says another
+#: (``"channels_last"``): linear, the model's own row-major layout.
 LINEAR = "linear"
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,8 @@ class Engine:
                 "distribution": layer.distribution, "tactic": layer.tactic["name"], "params": layer.tactic["params"],
                 "inputs": {n: format_shape(opt.get(n, self._shape(n))) for n in node.inputs if n},
                 "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
-                "precision": self._precision(node, outs), "format": LINEAR,
+                "precision": self._precision(node, outs),
+                "format": layer.tactic["params"].get("format", LINEAR),
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
                 "time_ms": layer.time_ms, "runner_up": layer.runner_up,
                 "tactic_provider": layer.tactic_provider,

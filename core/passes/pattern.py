@@ -251,8 +251,8 @@ def rewrite_matches(graph: Graph, registry, rules: list[Rule]) -> int:
 
 
 # The graph edits a rewrite may need beyond Match.fused, public here with the patterns.
-from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fresh_name, make_node,  # noqa: E402
-                                   remove_nodes, replace_node, replace_value, shape_facts)
+from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fresh_name, insert_nodes,  # noqa: E402
+                                   make_node, remove_nodes, replace_node, replace_value, shape_facts)
 
 __all__ = [
     # the graph a pass rewrites
@@ -262,6 +262,7 @@ __all__ = [
     # matching and rewriting
     "Match", "Matcher", "Rule", "rewrite_matches", "constant_value", "reduce_axes",
     # graph edits
-    "add_constant", "extra_outputs_used", "finish", "fresh_name", "make_node", "origin_of", "remove_nodes",
+    "add_constant", "extra_outputs_used", "finish", "fresh_name", "insert_nodes", "make_node", "origin_of",
+    "remove_nodes",
     "replace_node", "replace_value", "shape_facts",
 ]

@@ -80,6 +80,17 @@ def replace_node(graph: Graph, old: Node, new: Node) -> None:
             graph.values[name] = Value(name)
 
 
+def insert_nodes(graph: Graph, index: int, nodes: Iterable[Node]) -> None:
+    """Put ``nodes`` before position ``index``, registering their new output values (untyped;
+    :func:`finish` infers them and restores topological order)."""
+    nodes = list(nodes)
+    graph.nodes[index:index] = nodes
+    for node in nodes:
+        for name in node.outputs:
+            if name and name not in graph.values:
+                graph.values[name] = Value(name)
+
+
 def remove_nodes(graph: Graph, nodes: Iterable[Node]) -> None:
     """Drop ``nodes`` and the values no remaining node produces (their readers must be gone)."""
     dropped = {id(n) for n in nodes}

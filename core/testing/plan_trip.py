@@ -28,7 +28,9 @@ def plan_round_trips(run) -> tuple[list, list[tuple[str, bytes]]]:
 
     failures: list = []
     plans: list[tuple[str, bytes]] = []
-    config = BuilderConfig(fusion=False, optimization_level=0, progress=False)
+    # Strongly typed: the plan must hold the node exactly as the example types it (a weakly
+    # typed FP16 example would run in FP32, through casts of a plugin the kit does not load).
+    config = BuilderConfig(fusion=False, optimization_level=0, progress=False, strongly_typed=True)
     try:
         with run.watch("plan build"):
             engine = Builder(run.registry).build_engine(run.model, config)

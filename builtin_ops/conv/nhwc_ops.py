@@ -1,0 +1,111 @@
+"""The channels-last convolution ``plugrt.conv::ConvNHWC``, and how a Conv becomes one.
+
+ConvNHWC is Conv with the channel axis last: X ``[N, spatial..., C]``, W ``[M, k...,
+C/group]``, B ``[M]``, Y ``[N, out_spatial..., M]``, Conv's attributes. Shape inference,
+checks and the reference are Conv's on the arrays with their channel axis moved back to 1.
+The ``channels_last`` pass of the shape family (:mod:`plugrt_builtin_ops.shape.channels_last`)
+makes it out of a Conv (:func:`channels_last_form`) where it has a tensor-core kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugrt.kernels import no_epilogue
+from plugrt.plugin import Example, TensorInfo, optional
+from plugrt_builtin_ops.common.scale_folding import vector_along
+
+from .ops import Conv
+from .wgmma_nhwc import nhwc_tactics
+
+DOMAIN = "plugrt.conv"
+#: Input channels a Conv needs to become channels-last: whole 16-byte chunks of FP16.
+CHANNEL_MULTIPLE = 8
+
+
+def to_first(info: TensorInfo | None) -> TensorInfo | None:
+    """A channels-last tensor's info with its channel axis at 1 (NCHW), value included."""
+    if info is None:
+        return None
+    shape = (info.shape[0], info.shape[-1], *info.shape[1:-1])
+    value = None if info.value is None else np.moveaxis(info.value, -1, 1)
+    return TensorInfo(info.dtype, shape, value)
+
+
+def to_last(info: TensorInfo) -> TensorInfo:
+    shape = (info.shape[0], *info.shape[2:], info.shape[1])
+    return TensorInfo(info.dtype, shape, None if info.value is None else np.moveaxis(info.value, 1, -1))
+
+
+class ConvNHWC(Conv):
+    """Y = conv(X, W) + B with the channel axis last: X (N, D1..Dn, C), W (M, k1..kn, C/group), B (M)."""
+
+    domain = DOMAIN
+    op_type = "ConvNHWC"
+
+    def check(self, node, inputs):
+        super().check(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]))
+
+    def infer(self, node, inputs):
+        return [to_last(super().infer(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]))[0])]
+
+    def reference(self, node, inputs):
+        x, w = (np.moveaxis(np.asarray(a), -1, 1) for a in inputs[:2])
+        return [np.moveaxis(super().reference(node, [x, w, *inputs[2:]])[0], 1, -1)]
+
+    def fold_scale(self, node, inputs, output, scale, shift):
+        """A per-output-channel ``y * scale + shift`` (channels on the last axis) into W and B."""
+        w, b = inputs[1], optional(inputs, 2)
+        if w.value is None or (b is not None and b.value is None):
+            return None
+        s, t = vector_along(scale, output.shape, -1), vector_along(shift, output.shape, -1)
+        if s is None or t is None:
+            return None
+        weights = np.asarray(w.value, np.float64) * s.reshape((-1,) + (1,) * (w.rank - 1))
+        bias = np.asarray(b.value, np.float64) if b is not None else np.zeros(len(s))
+        return {1: weights.astype(w.dtype), 2: (bias * s + t).astype(w.dtype if b is None else b.dtype)}
+
+    def tactics(self, node, inputs, outputs, epilogue=None):
+        """:func:`.wgmma_nhwc.nhwc_tactics`; each applies ``epilogue`` at its final store."""
+        geo = self._kernel_geometry(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]),
+                                    [to_first(outputs[0])])
+        return nhwc_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)), len(node.inputs) > 2
+                            and node.inputs[2] != "")
+
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        rng = np.random.default_rng(7)
+
+        def weights(shape, dtype):
+            return (rng.standard_normal(shape) * 0.3).astype(dtype)
+
+        return [
+            Example((TensorInfo(f32, (2, 5, 7, 8)), weights((16, 3, 3, 8), f32), weights((16,), f32)),
+                    {"pads": [1, 1, 1, 1]}),
+            Example((TensorInfo(f16, (1, 6, 5, 16)), weights((8, 3, 1, 16), f16)),
+                    {"strides": [2, 1], "pads": [1, 0, 0, 0], "dilations": [1, 1]}, rtol=1e-2, atol=1e-2),
+            Example((TensorInfo(f32, (1, 7, 6, 4)), weights((6, 2, 2, 2), f32)),
+                    {"group": 2, "dilations": [2, 1], "strides": [1, 2]}),
+            Example((TensorInfo(f16, (2, 9, 8)), weights((8, 3, 8), f16), weights((8,), f16)),
+                    {"pads": [1, 1]}, rtol=1e-2, atol=1e-2),
+        ]
+
+
+def channels_last_form(node, graph) -> dict | None:
+    """What the pass needs to make ``node`` (an ONNX Conv) a ConvNHWC: ``{"attrs",
+    "weight"}`` (the weight moved to ``[M, k..., C/group]``), or None where the Conv has no
+    tensor-core kernel channels-last (not 2-D, grouped, C not in whole FP16 chunks, a
+    weight that is not a constant, symbolic channels, ``auto_pad``)."""
+    if node.domain or node.op_type != "Conv" or len(node.inputs) < 2:
+        return None
+    x, w = graph.info(node.inputs[0]), graph.info(node.inputs[1])
+    if x is None or w is None or w.value is None or x.rank != 4 or node.attrs.get("group", 1) != 1:
+        return None
+    if not isinstance(x.shape[1], int) or x.shape[1] % CHANNEL_MULTIPLE or node.attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        return None
+    attrs = {name: node.attrs[name] for name in ("dilations", "group", "kernel_shape", "pads", "strides")
+             if node.attrs.get(name) is not None}
+    return {"attrs": attrs, "weight": np.ascontiguousarray(np.moveaxis(w.value, 1, -1))}
+
+
+OPS = (ConvNHWC,)

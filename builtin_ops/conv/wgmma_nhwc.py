@@ -1,0 +1,277 @@
+"""Channels-last convolution (``plugrt.conv::ConvNHWC``): the Hopper implicit GEMM on
+``wgmma``, FP16 and TF32, and the plain kernel every other case runs.
+
+Over NHWC a convolution is a GEMM whose rows are output pixels: ``Y[p, m] = sum_k
+X_col[p, k] * W[m, k]`` with ``p = (n, oh, ow)``, ``k = (kh, kw, c)`` and W stored
+``[M, kh, kw, C]``, so Y comes out NHWC, the weight is the K-contiguous B the FP16
+``wgmma`` reads, and a K run of one tap is ``C`` contiguous input channels. The GEMM is
+the matmul family's (:func:`plugrt_builtin_ops.matmul.wgmma.wgmma_kernel`: its ring,
+swizzle, MMAs, K split and fused store); only A's copies differ (:func:`nhwc_gather`):
+each thread decodes the window origins of its pixel rows once per block, and per K tile
+the tap of its 16-byte chunk (8 halves or 4 floats of C) with two divisions; a chunk
+outside the image, past K or past the last pixel is zero-filled by ``cp.async``. That
+needs C in whole chunks (a multiple of 8 halves, 4 floats), one group, 1-D or 2-D.
+
+A 1x1 convolution with unit strides and no padding is a plain GEMM over ``[N*H*W, C]``:
+it gets the matmul family's own wgmma tactics too. :func:`direct_nhwc_tactic` (one thread
+per output, any group, dtype and alignment) is the fallback and the simulator's tactic.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import int64
+
+from plugrt.kernels import Epilogue, aligned, cuda, flat, grid_1d, jit, simulated, to_device
+from plugrt.plugin import Launch, Tactic
+from plugrt_builtin_ops.matmul.plan import (
+    K_, M_, META_LEN, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, A_KC,
+)
+from plugrt_builtin_ops.matmul.simt import choose_splits, gemm_launches, is_even, staging_bytes
+from plugrt_builtin_ops.matmul.wgmma import BK, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
+from plugrt_builtin_ops.matmul.wgmma_f16 import wgmma_half_tactics
+from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops
+
+from .geometry import (
+    G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W,
+    ConvGeometry, bias_or_dummy, compute_type, geometry_2d,
+)
+
+# The gather's slots after the GEMM's in ``meta``, in 4-byte words along C.
+GM_H, GM_W, GM_CW, GM_OH, GM_OW, GM_KW, GM_SH, GM_SW, GM_DH, GM_DW, GM_PH, GM_PW = range(META_LEN, META_LEN + 12)
+GATHER_META_LEN = META_LEN + 12
+
+#: Tiles offered on a Hopper GPU: two warpgroups (128 pixels) over 256, 128 or 64 channels.
+GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5), WgmmaConfig(2, 64, 6))
+#: The simulator offers none (its emulated MMAs are slow) unless a test swaps in a tile.
+SIM_CONFIGS: tuple[WgmmaConfig, ...] = ()
+#: What the tactics' ``params["format"]`` say of their tensors (``plugrt inspect``'s format).
+FORMAT = "channels_last"
+#: A far-off window origin for the pixel rows past the last: never inside the image.
+OUTSIDE = -(1 << 40)
+
+
+def configs() -> tuple[WgmmaConfig, ...]:
+    return SIM_CONFIGS if simulated() else GPU_CONFIGS
+
+
+# --------------------------------------------------------------------------- the gather
+
+
+@functools.lru_cache(maxsize=None)
+def nhwc_gather(rows: int, threads: int, emulated: bool):
+    """A's copies for :func:`.wgmma_kernel` (``gather``): thread ``tid`` copies 16-byte chunk
+    ``tid % 8`` of the K tile for pixel rows ``tid // 8 + c * threads / 8``, as the
+    strided copier does; ``state`` holds each row's image offset and window origin."""
+    copy16, _ = copy_ops(emulated)
+    step = threads // 8
+    per = -(-rows // step)
+    ragged = rows % step != 0
+
+    @jit(device=True)
+    def setup(meta, row0, nrows, state, tid):
+        ow_size = meta[GM_OW]
+        ohw = meta[GM_OH] * ow_size
+        image = meta[GM_H] * meta[GM_W] * meta[GM_CW]
+        r_t = tid >> 3
+        for c in range(per):
+            p = row0 + r_t + c * step
+            if p < nrows and (not ragged or r_t + c * step < rows):
+                n = p // ohw
+                rest = p - n * ohw
+                oh = rest // ow_size
+                state[3 * c] = n * image
+                state[3 * c + 1] = oh * meta[GM_SH] - meta[GM_PH]
+                state[3 * c + 2] = (rest - oh * ow_size) * meta[GM_SW] - meta[GM_PW]
+            else:
+                state[3 * c] = 0
+                state[3 * c + 1] = OUTSIDE
+                state[3 * c + 2] = 0
+
+    @jit(device=True)
+    def copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid, meta, state):
+        r_t = tid >> 3
+        chunk = ((tid & 7) ^ (r_t & 7)) << 2  # step is a multiple of 8: every row's swizzle
+        k = k0 + ((tid & 7) << 2)
+        cw_size = meta[GM_CW]
+        tap = k // cw_size
+        kh = tap // meta[GM_KW]
+        dh = kh * meta[GM_DH]
+        dw = (tap - kh * meta[GM_KW]) * meta[GM_DW]
+        at_c = k - tap * cw_size
+        height, width = meta[GM_H], meta[GM_W]
+        k_ok = k < k_end
+        for c in range(per):
+            r = r_t + c * step
+            if not ragged or r < rows:
+                ih = state[3 * c + 1] + dh
+                iw = state[3 * c + 2] + dw
+                ok = k_ok and ih >= 0 and ih < height and iw >= 0 and iw < width
+                at = state[3 * c] + (ih * width + iw) * cw_size + at_c
+                copy16(smem, tile + r * BK + chunk, src, at if ok else 0, ok)
+
+    return setup, copy, 3 * per
+
+
+def gather_meta(geo: ConvGeometry, half: bool, has_bias: bool) -> np.ndarray:
+    """``meta`` of the NHWC implicit GEMM: the GEMM's slots (pixels x K by K x channels,
+    the bias as Gemm's C broadcast along rows), then the gather's in words."""
+    table = geometry_2d(geo)
+    words = 2 if half else 1
+    meta = np.zeros(GATHER_META_LEN, np.int64)
+    k = int(table[G2_KH] * table[G2_KW] * table[G2_C])
+    meta[[NB, M_, N_, K_]] = 1, geo.batch * int(table[G2_OH] * table[G2_OW]), geo.out_channels, k
+    meta[[SAM, SAK, SBK, SBN]] = k, 1, 1, k
+    meta[A_KC] = 1
+    if has_bias:
+        meta[[USE_C, SCM, SCN]] = 1, 0, 1
+    meta[[GM_H, GM_W, GM_OH, GM_OW, GM_KW, GM_SH, GM_SW, GM_DH, GM_DW, GM_PH, GM_PW]] = table[
+        [G2_H, G2_W, G2_OH, G2_OW, G2_KW, G2_SH, G2_SW, G2_DH, G2_DW, G2_PH, G2_PW]]
+    meta[GM_CW] = table[G2_C] // words
+    return meta
+
+
+# --------------------------------------------------------------------------- tactics
+
+
+def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -> list[Tactic]:
+    """Every tactic of a ConvNHWC node, best guess first: on a Hopper GPU the wgmma
+    implicit GEMM (FP16, or TF32 for float32; with K split first where the output tiles
+    cannot fill the GPU), a 1x1's plain GEMMs, then :func:`direct_nhwc_tactic` (first in
+    the simulator)."""
+    direct = direct_nhwc_tactic(geo, dtype, epilogue)
+    dtype = np.dtype(dtype)
+    if not (geo.rank in (1, 2) and geo.group == 1 and dtype in (np.float16, np.float32) and hopper()):
+        return [_renamed(direct, "", FORMAT)]
+    half = dtype == np.float16
+    if geo.in_channels % (8 if half else 4):
+        return [_renamed(direct, "", FORMAT)]
+    plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if _is_pointwise(geo) else []
+    meta = gather_meta(geo, half, has_bias)
+    bk = 2 * BK if half else BK
+    split, whole = [], []
+    for config in configs():
+        if geo.out_channels < config.bn // 2 and config.bn > 64:
+            continue  # mostly empty tiles: a narrower one does as well
+        splits = choose_splits(meta, config.bm, config.bn, bk)
+        for s in ((splits, 1) if splits > 1 else (1,)):
+            (split if s > 1 else whole).append(_gather_tactic(config, meta, half, s, epilogue, has_bias, direct))
+    found = [direct] + split + whole + plain if simulated() else split + whole + plain + [direct]
+    return [_renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
+
+
+def _is_pointwise(geo: ConvGeometry) -> bool:
+    return (all(k == 1 for k in geo.kernel) and all(s == 1 for s in geo.strides) and not any(geo.pads)
+            and tuple(geo.in_spatial) == tuple(geo.out_spatial))
+
+
+def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
+    """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``."""
+    meta = np.zeros(META_LEN, np.int64)
+    c, m = geo.in_channels, geo.out_channels
+    meta[[NB, M_, N_, K_]] = 1, geo.batch * int(np.prod(geo.in_spatial)), m, c
+    meta[[SAM, SAK, SBK, SBN]] = c, 1, 1, c
+    meta[A_KC] = 1
+    if has_bias:
+        meta[[USE_C, SCM, SCN]] = 1, 0, 1
+    offs = np.zeros(OFFS_W, np.int64)
+    kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
+    if dtype == np.float16:
+        return [_renamed(t, "gemm_1x1_") for t in wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback,
+                                                                       **kw)]
+    return [_renamed(t, "gemm_1x1_") for t in wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)]
+
+
+def _renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:
+    params = dict(tactic.params) if layout is None else {**tactic.params, "format": layout}
+    return Tactic(prefix + tactic.name, tactic.launches, params, tactic.workspace_bytes, math=tactic.math)
+
+
+def _gather_tactic(config: WgmmaConfig, meta: np.ndarray, half: bool, splits: int, epilogue: Epilogue,
+                   has_bias: bool, fallback: Tactic) -> Tactic:
+    bk = 2 * BK if half else BK
+    even = is_even(meta, config.bm, config.bn, bk)
+
+    def kernel_for(split):
+        return wgmma_kernel(config, True, True, even, split, epilogue.fn, None, half, nhwc_gather)
+
+    def views(a, b):
+        return (a.view(np.float32), b.view(np.float32)) if half else (a, b)
+
+    direct, workspace_bytes, splits = gemm_launches(
+        kernel_for, meta, np.zeros(OFFS_W, np.int64), config.bm, config.bn, bk, config.threads,
+        staging_bytes(config.bm, config.bn, config.ring_floats()), splits, epilogue, 1.0, 1.0,
+        2 if has_bias else None, views)
+
+    def launches(ins, outs, workspace):
+        if aligned(ins[0]) and aligned(ins[1]):
+            return direct(ins, outs, workspace)
+        return fallback.launches(ins, outs, workspace)
+
+    name = f"wgmma_nhwc_{config.bm}x{config.bn}x{bk}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
+    params = {**config.params(), "bk": bk, "splits": splits}
+    return Tactic(name, launches, params, max(workspace_bytes, fallback.workspace_bytes), math="" if half else "tf32")
+
+
+# --------------------------------------------------------------------------- the plain kernel
+
+
+@functools.lru_cache(maxsize=None)
+def direct_nhwc_kernel(acc, epilogue_fn):
+    """``y[n, oh, ow, m] = epilogue(sum over (kh, kw, c) x[n, ih, iw, g*cg + c] *
+    w[m, kh, kw, c] (+ b[m]))``, one output per thread: consecutive threads take
+    consecutive output channels, reading the same input pixel."""
+
+    @jit
+    def conv(y, x, w, b, has_bias, n_out, geo, operands):
+        cin, height, width = geo[G2_C], geo[G2_H], geo[G2_W]
+        cout, cg, mg = geo[G2_M], geo[G2_CG], geo[G2_MG]
+        oh_size, ow_size = geo[G2_OH], geo[G2_OW]
+        kh_size, kw_size = geo[G2_KH], geo[G2_KW]
+        sh, sw, dh, dw, ph, pw = geo[G2_SH], geo[G2_SW], geo[G2_DH], geo[G2_DW], geo[G2_PH], geo[G2_PW]
+        for i in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            m = i % cout
+            rest = i // cout
+            ow = rest % ow_size
+            rest //= ow_size
+            oh = rest % oh_size
+            n = rest // oh_size
+            c0 = (m // mg) * cg
+            total = acc(0)
+            for kh in range(kh_size):
+                ih = oh * sh - ph + kh * dh
+                if ih < 0 or ih >= height:
+                    continue
+                for kw in range(kw_size):
+                    iw = ow * sw - pw + kw * dw
+                    if iw < 0 or iw >= width:
+                        continue
+                    x_at = ((n * height + ih) * width + iw) * cin + c0
+                    w_at = ((m * kh_size + kh) * kw_size + kw) * cg
+                    for c in range(cg):
+                        total += acc(x[x_at + c]) * acc(w[w_at + c])
+            if has_bias != 0:
+                total += acc(b[m])
+            y[i] = epilogue_fn(total, int64(i), operands)
+
+    return conv
+
+
+def direct_nhwc_tactic(geo: ConvGeometry, dtype, epilogue: Epilogue) -> Tactic:
+    """Any 1-D/2-D ConvNHWC, one thread per output (:func:`direct_nhwc_kernel`)."""
+    kernel = direct_nhwc_kernel(compute_type(dtype), epilogue.fn)
+    table, n_out = geometry_2d(geo), geo.out_size
+
+    def launches(ins, outs, workspace):
+        if n_out == 0:
+            return []
+        own = ins[:epilogue.first]
+        bias = own[2] if len(own) > 2 else None
+        blocks, threads = grid_1d(n_out)
+        return [Launch(kernel, blocks, threads, (flat(outs[0]), flat(own[0]), flat(own[1]), bias_or_dummy(bias, dtype),
+                                                 np.int64(bias is not None), np.int64(n_out), to_device(table),
+                                                 epilogue.arguments(ins)))]
+
+    return Tactic("direct_nhwc", launches, {})

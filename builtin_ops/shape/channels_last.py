@@ -1,0 +1,205 @@
+"""The ``channels_last`` pass: convolutions run channels-last (NHWC) where they have a
+tensor-core kernel, and the layout changes between them cancel (TensorRT's format
+selection, done as ONNX Runtime's layout transformer does it: with Transposes).
+
+1. Each Conv that can (:func:`plugrt_builtin_ops.conv.nhwc_ops.channels_last_form`: 2-D,
+   one group, channels in whole 16-byte FP16 chunks, a constant weight) becomes
+   ``Transpose(NCHW -> NHWC) -> plugrt.conv::ConvNHWC -> Transpose(NHWC -> NCHW)``, its
+   weight stored ``[M, kh, kw, C]``. One Transpose per tensor serves every Conv reading it.
+2. The Transposes back to NCHW move down the graph until they meet their inverse:
+   - a Transpose of a Transpose becomes one Transpose of the composed permutation, or
+     none when that is the identity;
+   - a pointwise node (the plugins' ``POINTWISE`` group) whose every input is a constant,
+     a Transpose of one permutation, or a tensor that already has a Transpose the other
+     way (a residual add's shortcut) reads the Transposes' inputs (constants permuted to
+     match; the shortcut's Transpose) and is followed by one Transpose; done where at
+     least one of those Transposes has no other reader, so the count never grows;
+   - a pool reading a Transpose to channels-first becomes its channels-last form
+     (:func:`plugrt_builtin_ops.pooling.nhwc_ops.channels_last_form`) followed by it.
+3. The family's ``simplify_pairs`` then merges what is left with its neighbours (a
+   Transpose of ``[N, 1, 1, C]`` then Flatten is one Reshape).
+
+Graph inputs and outputs keep the model's layout: a Transpose stays at each end. Runs
+where channels-last kernels exist (a Hopper GPU; the simulator); ``--disable-pass
+channels_last`` keeps every layer in the model's layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugrt.passes.pattern import (Graph, Node, add_constant, finish, fresh_name, insert_nodes, make_node, remove_nodes,
+                                   replace_value)
+from plugrt.plugin import POINTWISE
+from plugrt_builtin_ops.conv import nhwc_ops as conv_nhwc
+from plugrt_builtin_ops.matmul.wgmma import hopper
+from plugrt_builtin_ops.pooling import nhwc_ops as pool_nhwc
+
+from . import simplify_pairs
+
+#: NCHW -> NHWC and back, for 4-D tensors.
+TO_LAST = [0, 2, 3, 1]
+
+
+def to_first(rank: int) -> list[int]:
+    """The permutation taking ``[N, spatial..., C]`` to ``[N, C, spatial...]``."""
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
+def run(graph: Graph, registry) -> int:
+    """Convert, then sink and cancel; the number of rewrites."""
+    if not hopper():
+        return 0
+    rewrites = _convert_convs(graph, registry)
+    if not rewrites:
+        return 0
+    finish(graph, registry)
+    while _sink_one(graph, registry):
+        rewrites += 1
+        finish(graph, registry)
+    return rewrites + simplify_pairs.run(graph, registry)
+
+
+# --------------------------------------------------------------------------- step 1
+
+
+def _convert_convs(graph: Graph, registry) -> int:
+    made: dict[str, str] = {}  # NCHW tensor -> its NHWC Transpose's output
+    converted = 0
+    for node in list(graph.nodes):
+        form = conv_nhwc.channels_last_form(node, graph)
+        if form is None:
+            continue
+        x = node.inputs[0]
+        if x not in made:
+            made[x] = fresh_name(graph, f"{x}_nhwc")
+            insert_nodes(graph, graph.nodes.index(node), [_transpose(graph, registry, x, made[x], TO_LAST,
+                                                                     f"{node.name}/to_nhwc")])
+        weight = add_constant(graph, f"{node.inputs[1]}_nhwc", form["weight"])
+        y = fresh_name(graph, f"{node.outputs[0]}_nhwc")
+        conv = make_node(graph, registry, "ConvNHWC", [made[x], weight, *node.inputs[2:]], [y], form["attrs"],
+                         opset=1, domain=conv_nhwc.DOMAIN, name=node.name, origin=node.origin)
+        back = _transpose(graph, registry, y, node.outputs[0], to_first(4), f"{node.name}/to_nchw")
+        if conv is None or back is None:
+            continue
+        graph.opsets.setdefault(conv_nhwc.DOMAIN, 1)
+        at = graph.nodes.index(node)
+        remove_nodes(graph, [node])
+        insert_nodes(graph, at, [conv, back])
+        converted += 1
+    return converted
+
+
+def _transpose(graph: Graph, registry, source: str, target: str, perm: list[int], name: str) -> Node | None:
+    return make_node(graph, registry, "Transpose", [source], [target], {"perm": list(perm)},
+                     opset=graph.opsets.get("", 17), name=fresh_name(graph, name))
+
+
+# --------------------------------------------------------------------------- step 2
+
+
+def _perm(graph: Graph, node: Node) -> list[int] | None:
+    """A Transpose's permutation (None for any other node)."""
+    if node is None or node.domain or node.op_type != "Transpose":
+        return None
+    rank = graph.info(node.inputs[0]).rank
+    perm = node.attrs.get("perm")
+    return list(range(rank))[::-1] if perm is None else [int(p) % rank for p in perm]
+
+
+def _sink_one(graph: Graph, registry) -> bool:
+    producers = {name: node for node in graph.nodes for name in node.outputs if name}
+    for node in graph.nodes:  # compositions first: they free Transposes for the others
+        if _compose(graph, node, producers):
+            return True
+    readers = graph.consumers()
+    for node in graph.nodes:
+        if _through_pointwise(graph, registry, node, producers, readers) or _into_pool(graph, registry, node, producers,
+                                                                                       readers):
+            return True
+    return False
+
+
+def _compose(graph: Graph, node: Node, producers: dict) -> bool:
+    outer = _perm(graph, node)
+    source = producers.get(node.inputs[0]) if outer is not None else None
+    inner = _perm(graph, source)
+    if inner is None:
+        return False
+    composed = [inner[axis] for axis in outer]
+    if composed == list(range(len(composed))):
+        if not replace_value(graph, node.outputs[0], source.inputs[0]):
+            return False
+        remove_nodes(graph, [node])
+        return True
+    graph.nodes[graph.nodes.index(node)] = node.replace(inputs=(source.inputs[0],), attrs={**node.attrs, "perm": composed})
+    return True
+
+
+def _through_pointwise(graph: Graph, registry, node: Node, producers: dict, readers: dict) -> bool:
+    outs = [name for name in node.outputs if name]
+    if len(outs) != 1 or POINTWISE not in registry.op(node).groups:
+        return False
+    rank = graph.info(outs[0]).rank
+    perm, freed, inputs, plain = None, False, list(node.inputs), []
+    for i, name in enumerate(node.inputs):
+        info = graph.info(name) if name else None
+        if info is None or info.value is not None:
+            continue
+        found = _perm(graph, producers.get(name))
+        if found is None:
+            plain.append(i)
+            continue
+        if len(found) != rank or (perm is not None and found != perm):
+            return False
+        perm = found
+        freed |= all(reader is node for reader in readers.get(name, []))
+    if perm is None or not freed:
+        return False
+    inverse = [int(p) for p in np.argsort(perm)]
+    for i in plain:  # a tensor in the model's layout is read through its existing Transpose, if any
+        twin = next((r for r in readers.get(node.inputs[i], []) if _perm(graph, r) == inverse), None)
+        if twin is None or graph.info(node.inputs[i]).rank != rank:
+            return False
+        inputs[i] = twin.outputs[0]
+    for i, name in enumerate(node.inputs):
+        info = graph.info(name) if name else None
+        if info is None or i in plain:
+            continue
+        if info.value is None:
+            inputs[i] = producers[name].inputs[0]
+        elif info.rank > 0:
+            full = np.asarray(info.value).reshape((1,) * (rank - info.rank) + tuple(info.value.shape))
+            inputs[i] = add_constant(graph, f"{name}_permuted", np.ascontiguousarray(np.transpose(full, inverse)))
+    inner = fresh_name(graph, f"{outs[0]}_inner")
+    _replace_with(graph, registry, node, node.replace(inputs=tuple(inputs), outputs=(inner,)), inner, outs[0], perm)
+    return True
+
+
+def _into_pool(graph: Graph, registry, node: Node, producers: dict, readers: dict) -> bool:
+    if not node.inputs or not node.inputs[0]:
+        return False
+    source = producers.get(node.inputs[0])
+    perm = _perm(graph, source)
+    if perm is None or perm != to_first(len(perm)) or len(readers.get(node.inputs[0], [])) != 1:
+        return False
+    form = pool_nhwc.channels_last_form(node, graph)
+    if form is None:
+        return False
+    domain, op_type, attrs = form
+    inner = fresh_name(graph, f"{node.outputs[0]}_nhwc")
+    pool = make_node(graph, registry, op_type, [source.inputs[0]], [inner], attrs, opset=1, domain=domain,
+                     name=node.name, origin=node.origin)
+    if pool is None:
+        return False
+    graph.opsets.setdefault(domain, 1)
+    _replace_with(graph, registry, node, pool, inner, node.outputs[0], to_first(len(perm)))
+    return True
+
+
+def _replace_with(graph: Graph, registry, node: Node, replacement: Node, inner: str, output: str, perm) -> None:
+    """``node`` becomes ``replacement`` (writing ``inner``) then a Transpose to ``output``."""
+    back = _transpose(graph, registry, inner, output, perm, f"{node.name}/transpose")
+    at = graph.nodes.index(node)
+    remove_nodes(graph, [node])
+    insert_nodes(graph, at, [replacement, back])

@@ -1,0 +1,134 @@
+"""The ``channels_last`` pass: a ResNet-like net (stem conv that stays NCHW, BatchNorm
+folded, residual blocks, a max pool and the global average pool head) runs its
+convolutions channels-last with the layout changes between them cancelled, and the
+engine matches onnxruntime in every precision and format combination."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from plugrt.engine import Builder, BuilderConfig
+from plugrt.onnx.importer import import_model
+from plugrt.passes import optimize
+from plugrt.registry import default_registry
+from plugrt_builtin_ops.shape import channels_last
+
+
+def small_resnet(rng, batch=1, size=6, width=8):
+    """stem 3x3 conv (3 channels: stays NCHW) -> ReLU -> MaxPool -> a basic block with a
+    residual add -> a strided block with a 1x1 downsample -> GAP -> Flatten -> Gemm."""
+    inits, nodes = {}, []
+
+    def conv(name, x, cin, cout, k, stride, bn=True):
+        inits[f"{name}.w"] = rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)
+        out = f"{name}.c"
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w"], [out], name=name, pads=[k // 2] * 4,
+                                      strides=[stride, stride]))
+        if not bn:
+            return out
+        for stat, value in (("g", rng.uniform(0.5, 1.5, cout)), ("b", rng.standard_normal(cout) * 0.1),
+                            ("m", rng.standard_normal(cout) * 0.1), ("v", rng.uniform(0.5, 2.0, cout))):
+            inits[f"{name}.{stat}"] = value
+        nodes.append(helper.make_node("BatchNormalization", [out] + [f"{name}.{s}" for s in "gbmv"], [f"{name}.y"],
+                                      name=f"{name}.bn", epsilon=1e-5))
+        return f"{name}.y"
+
+    def relu(x, name):
+        nodes.append(helper.make_node("Relu", [x], [name], name=name))
+        return name
+
+    stem = relu(conv("stem", "x", 3, width, 3, 1), "stem.r")
+    nodes.append(helper.make_node("MaxPool", [stem], ["pool"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                  strides=[1, 1]))
+    a = relu(conv("b1.c1", "pool", width, width, 3, 1), "b1.r1")
+    b = conv("b1.c2", a, width, width, 3, 1)
+    nodes.append(helper.make_node("Add", [b, "pool"], ["b1.sum"], name="b1.add"))
+    block1 = relu("b1.sum", "b1.out")
+    c = relu(conv("b2.c1", block1, width, 2 * width, 3, 2), "b2.r1")
+    d = conv("b2.c2", c, 2 * width, 2 * width, 1, 1)
+    down = conv("b2.down", block1, width, 2 * width, 1, 2)
+    nodes.append(helper.make_node("Add", [d, down], ["b2.sum"], name="b2.add"))
+    block2 = relu("b2.sum", "b2.out")
+    nodes.append(helper.make_node("GlobalAveragePool", [block2], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
+    inits["fc.w"] = rng.standard_normal((5, 2 * width)) * 0.3
+    inits["fc.b"] = rng.standard_normal(5)
+    nodes.append(helper.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["y"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "small_resnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), helper.make_tensor_value_info("b1.out", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ops_after_passes(model, disabled=()):
+    """The graph after the passes, epilogues and pointwise chains unfused (to count ops)."""
+    registry = default_registry()
+    graph = import_model(model, registry=registry)
+    optimize(graph, registry, fusion=True, disabled=("fuse_epilogues", "fuse_pointwise", *disabled))
+    return graph
+
+
+def test_convolutions_run_channels_last_with_one_transpose_per_end(rng):
+    graph = ops_after_passes(small_resnet(rng))
+    text = " ".join(node.qualified_op for node in graph.nodes)
+    # the five 8-channel convolutions are channels-last; the 3-channel stem is not
+    assert text.count("ConvNHWC") == 5, text
+    assert "MaxPool" in text and "GlobalAveragePoolNHWC" in text, text
+    # one Transpose into NHWC (the max pool's output, read by a conv and the residual add),
+    # one back for the b1.out graph output; the head's is a Reshape
+    transposes = [n for n in graph.nodes if n.op_type == "Transpose"]
+    assert len(transposes) == 2, text
+
+
+def test_a_disabled_pass_keeps_every_layer_in_the_model_layout(rng):
+    graph = ops_after_passes(small_resnet(rng), disabled=["channels_last"])
+    assert not any("NHWC" in node.op_type or node.op_type == "Transpose" for node in graph.nodes)
+
+
+def test_constants_of_pointwise_ops_are_permuted_with_them(rng):
+    """A per-channel Mul between two convolutions (no BatchNorm to fold it) moves with the layout."""
+    w1, w2 = (rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2 for _ in range(2))
+    scale = rng.uniform(0.5, 1.5, (8, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4, name="c1"),
+             helper.make_node("Mul", ["a", "s"], ["m"], name="mul"),
+             helper.make_node("Sigmoid", ["m"], ["g"], name="sig"),
+             helper.make_node("Conv", ["g", "w2"], ["y"], pads=[1] * 4, name="c2")]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in (("w1", w1), ("w2", w2), ("s", scale))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized = ops_after_passes(model)
+    assert sum(n.op_type == "Transpose" for n in optimized.nodes) == 2  # one at each end
+    x = rng.standard_normal((1, 8, 5, 4)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    engine = Builder().build_engine(model, BuilderConfig(progress=False))
+    np.testing.assert_allclose(engine.create_execution_context().execute({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("layout", ["channels_last", "linear"])
+def test_every_precision_and_format_matches_onnxruntime(rng, fp16, layout):
+    model = small_resnet(rng, batch=2)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    config = BuilderConfig(progress=False, fp16=fp16,
+                           disabled_passes=("channels_last",) if layout == "linear" else ())
+    engine = Builder().build_engine(model, config)
+    got = engine.create_execution_context().execute({"x": x})
+    tol = 2e-2 if fp16 else 1e-4
+    for name, expected in zip(("y", "b1.out"), want):
+        assert got[name].shape == expected.shape
+        np.testing.assert_allclose(got[name], expected, rtol=tol, atol=tol * np.abs(expected).max())
+    layers = engine.inspect()["layers"]
+    formats = {layer["format"] for layer in layers if "Conv" in layer["op"]}
+    assert formats == ({"channels_last", "linear"} if layout == "channels_last" else {"linear"})
+
+
+def test_off_hopper_nothing_changes(rng, monkeypatch):
+    monkeypatch.setattr(channels_last, "hopper", lambda: False)
+    graph = ops_after_passes(small_resnet(rng))
+    assert not any(node.op_type == "ConvNHWC" for node in graph.nodes)

@@ -1,0 +1,159 @@
+"""The channels-last convolution ``plugrt.conv::ConvNHWC``: in the simulator one
+warpgroup over 8 channels with the MMAs emulated checks the wgmma implicit GEMM's NHWC
+gather (padding, strides, dilations, 1-D, ragged pixels and K, K split, the bias and the
+epilogue) in FP16 and TF32, and the plain kernel (groups too), against Conv's reference;
+on a GPU the production tiles run ResNet-like layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plugrt.device import simulated
+from plugrt.kernels import Epilogue
+from plugrt.onnx.importer import import_model
+from plugrt.reference import ReferenceExecutor
+from plugrt.registry import default_registry
+from plugrt.testing import node_tactics, run_tactic, single_node_model
+from plugrt_builtin_ops.conv import wgmma_nhwc
+from plugrt_builtin_ops.matmul.wgmma import WgmmaConfig
+
+from test_kernels_epilogue import _run, residual_relu, residual_relu_numpy
+
+TINY = (WgmmaConfig(1, 8, 3),)
+TOL = {np.float32: 5e-3, np.float16: 1e-2}
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(wgmma_nhwc, "SIM_CONFIGS", TINY)
+
+
+def nhwc_graph(rng, x_shape, w_shape, attrs, dtype, bias=True):
+    """A one-node ConvNHWC model; X ``[N, spatial..., C]``, W ``[M, k..., C/group]``."""
+    fan_in = np.prod(w_shape[1:])
+    feeds = {"x": rng.standard_normal(x_shape).astype(dtype),
+             "w": (rng.standard_normal(w_shape) / np.sqrt(fan_in)).astype(dtype)}
+    if bias:
+        feeds["b"] = rng.standard_normal(w_shape[0]).astype(dtype)
+    model = single_node_model("ConvNHWC", feeds, attrs, constants=("w", "b"), domain="plugrt.conv", opset=1)
+    return import_model(model, registry=default_registry()), feeds
+
+
+def nchw_reference(feeds, attrs):
+    """Conv's reference (another op) on the tensors moved to NCHW, moved back."""
+    conv = default_registry().find_op("", "Conv", 17)
+
+    class Node:
+        pass
+
+    node = Node()
+    node.attrs = {"auto_pad": "NOTSET", "group": 1, "strides": None, "dilations": None, "pads": None,
+                  "kernel_shape": None, **attrs}
+    node.describe = lambda: "Conv"
+    x, w = (np.moveaxis(feeds[k], -1, 1) for k in ("x", "w"))
+    return np.moveaxis(conv.reference(node, [x, w, feeds.get("b")])[0], 1, -1)
+
+
+def close(got, want, dtype, label):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(float(np.max(np.abs(want))), 1e-6)
+    err = float(np.max(np.abs(got - want)))
+    assert err <= TOL[dtype] * scale, f"{label}: max error {err:.3g} > {TOL[dtype]} * {scale:.3g}"
+
+
+def tactics_named(graph, prefix):
+    return [t for t in node_tactics(graph, default_registry()) if t.name.startswith(prefix)]
+
+
+CASES = [
+    # 3x3, pad 1: 16 pixels of a 64-row tile; FP16 K = 9 * 8 = 72 halves (two tiles, the second ragged)
+    ((1, 4, 4, 8), (16, 3, 3, 8), {"pads": [1, 1, 1, 1]}),
+    # stride 2, uneven pads, ragged pixels
+    ((1, 7, 5, 8), (8, 3, 3, 8), {"pads": [1, 0, 0, 1], "strides": [2, 2]}),
+    # dilation, no padding, several K tiles around the ring (K = 16 * 9 = 144)
+    ((1, 7, 7, 16), (8, 3, 3, 16), {"dilations": [2, 2]}),
+    # two images, 1x1 (also a plain GEMM)
+    ((2, 3, 3, 16), (24, 1, 1, 16), {}),
+    # 1-D
+    ((2, 9, 8), (8, 3, 8), {"pads": [1, 1]}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("x_shape, w_shape, attrs", CASES)
+def test_wgmma_nhwc_tactics_match_the_reference(tiny, rng, dtype, x_shape, w_shape, attrs):
+    graph, feeds = nhwc_graph(rng, x_shape, w_shape, attrs, dtype)
+    tactics = tactics_named(graph, "wgmma_nhwc")
+    assert tactics and all(t.params["bn"] == 8 for t in tactics)
+    want = nchw_reference(feeds, attrs)
+    reference = ReferenceExecutor(graph, default_registry()).run({"x": feeds["x"]})[graph.outputs[0]]
+    close(reference, want, dtype, "ConvNHWC's reference")
+    for tactic in tactics:
+        close(run_tactic(graph, tactic, {"x": feeds["x"]})[0], want, dtype, tactic.name)
+
+
+def test_a_small_output_splits_k_and_sums_once(tiny, rng, monkeypatch):
+    from plugrt_builtin_ops.matmul import simt
+
+    monkeypatch.setattr(simt, "choose_splits", lambda meta, bm, bn, bk: 3)
+    monkeypatch.setattr(wgmma_nhwc, "choose_splits", lambda meta, bm, bn, bk: 3)
+    attrs = {"pads": [1, 1, 1, 1]}
+    graph, feeds = nhwc_graph(rng, (1, 3, 3, 32), (8, 3, 3, 32), attrs, np.float16)
+    split = [t for t in tactics_named(graph, "wgmma_nhwc") if t.params["splits"] > 1]
+    assert split and split[0].workspace_bytes > 0
+    close(run_tactic(graph, split[0], {"x": feeds["x"]})[0], nchw_reference(feeds, attrs), np.float16, split[0].name)
+
+
+def test_the_epilogue_is_applied_once_per_output(tiny, rng):
+    graph, feeds = nhwc_graph(rng, (1, 4, 3, 8), (8, 3, 3, 8), {"pads": [1, 1, 1, 1]}, np.float32, bias=True)
+    from numba import cuda as ncuda
+
+    fn = ncuda.jit(device=True)(residual_relu)
+    epilogue = Epilogue(fn, first=3, label="Add+Relu")
+    node = graph.nodes[0]
+    op = default_registry().op(node)
+    ins = [graph.info(n) for n in node.inputs]
+    tactics = [t for t in op.tactics(node, ins, [graph.info(node.outputs[0])], epilogue) if t.name.startswith("wgmma")]
+    assert tactics
+    residual = rng.standard_normal((1, 4, 3, 8)).astype(np.float32)
+    want = residual_relu_numpy(nchw_reference(feeds, {"pads": [1, 1, 1, 1]}), residual)
+    for tactic in tactics:
+        got, counts = _run(graph, tactic, {"x": feeds["x"]}, [residual])
+        close(got, want, np.float32, tactic.name)
+        assert (counts == 1).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_the_plain_kernel_takes_groups_and_odd_channels(rng, dtype):
+    attrs = {"group": 3, "strides": [2, 1], "pads": [0, 1, 1, 0]}
+    graph, feeds = nhwc_graph(rng, (2, 5, 4, 6), (9, 2, 3, 2), attrs, dtype)
+    tactics = node_tactics(graph, default_registry())
+    assert [t.name for t in tactics] == ["direct_nhwc"]
+    close(run_tactic(graph, tactics[0], {"x": feeds["x"]})[0], nchw_reference(feeds, attrs), dtype, "direct_nhwc")
+
+
+# ----------------------------------------------------------------------------- GPU only
+
+
+@pytest.mark.skipif(simulated(), reason="wgmma needs a Hopper GPU")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 56, 56, 64), (64, 3, 3, 64), {"pads": [1, 1, 1, 1]}),
+    ((2, 14, 14, 256), (1024, 1, 1, 256), {}),
+    ((2, 28, 28, 128), (128, 3, 3, 128), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((3, 7, 7, 512), (512, 3, 3, 512), {"pads": [1, 1, 1, 1]}),
+    ((1, 9, 11, 24), (40, 3, 3, 24), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+])
+def test_wgmma_nhwc_on_the_gpu(rng, dtype, x_shape, w_shape, attrs):
+    graph, feeds = nhwc_graph(rng, x_shape, w_shape, attrs, dtype)
+    tactics = [t for t in node_tactics(graph, default_registry()) if t.name != "direct_nhwc"]
+    assert tactics
+    want = nchw_reference(feeds, attrs)
+    failures = []
+    for tactic in tactics:
+        try:
+            close(run_tactic(graph, tactic, {"x": feeds["x"]})[0], want, dtype, tactic.name)
+        except AssertionError as exc:
+            failures.append(str(exc).splitlines()[0])
+    assert not failures, "; ".join(failures)
