@@ -230,7 +230,8 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
-PARTS = ("chain", "gemm", "hgemm", "conv", "conv_wgmma", "attention", "pool", "tuning", "models", "gemm_variants")
+PARTS = ("chain", "gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "pool", "tuning", "models",
+         "gemm_variants")
 
 
 def main() -> int:
@@ -271,6 +272,8 @@ def main() -> int:
         elif part == "conv_wgmma":  # the wgmma implicit GEMM and the TF32 mma.sync one only, beside cuDNN
             report["conv_wgmma"] = guarded(lambda: __import__("conv_bench").conv_benchmark(
                 only=("wgmma", "tf32")))
+        elif part == "conv_nhwc":  # the channels-last implicit GEMM, FP16 and TF32, beside cuDNN
+            report["conv_nhwc"] = guarded(lambda: __import__("conv_nhwc_bench").conv_nhwc_benchmark())
         save()
         print_part(part, report)
     return 0
@@ -356,7 +359,7 @@ def print_part(part: str, report: dict) -> None:
                     print(f"   {layer['name']} ({layer['op']}): {layer['tactic']} from "
                           f"{layer['tactic_provider']['distribution']}, {layer['time_ms']} ms; runner-up "
                           f"{(layer.get('runner_up') or {}).get('name')} {(layer.get('runner_up') or {}).get('time_ms')} ms")
-    elif part in ("gemm", "hgemm", "conv", "conv_wgmma", "attention", "gemm_variants", "pool"):
+    elif part in ("gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "gemm_variants", "pool"):
         entry = report["sgemm" if part == "gemm" else part]
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")

@@ -43,8 +43,11 @@ from .geometry import (
 GM_H, GM_W, GM_CW, GM_OH, GM_OW, GM_KW, GM_SH, GM_SW, GM_DH, GM_DW, GM_PH, GM_PW = range(META_LEN, META_LEN + 12)
 GATHER_META_LEN = META_LEN + 12
 
-#: Tiles offered on a Hopper GPU: two warpgroups (128 pixels) over 256, 128 or 64 channels.
-GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5), WgmmaConfig(2, 64, 6))
+#: Tiles offered on a Hopper GPU: two warpgroups (128 pixels) over 256, 128 or 64 channels;
+#: deep rings for long K, and shallow ones that leave shared memory for a second and third
+#: block per SM (a layer's K is often 9 tiles or fewer: prologue and store then matter).
+GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5), WgmmaConfig(2, 64, 6),
+                                        WgmmaConfig(2, 128, 3), WgmmaConfig(2, 64, 3), WgmmaConfig(4, 64, 3))
 #: The simulator offers none (its emulated MMAs are slow) unless a test swaps in a tile.
 SIM_CONFIGS: tuple[WgmmaConfig, ...] = ()
 #: What the tactics' ``params["format"]`` say of their tensors (``plugrt inspect``'s format).
@@ -153,8 +156,8 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
     bk = 2 * BK if half else BK
     split, whole = [], []
     for config in configs():
-        if geo.out_channels < config.bn // 2 and config.bn > 64:
-            continue  # mostly empty tiles: a narrower one does as well
+        if (geo.out_channels < config.bn // 2 and config.bn > 64) or (geo.out_channels >= 256 and config.bn < 128):
+            continue  # mostly empty tiles, or narrow ones where wide ones fit: not worth a compile
         splits = choose_splits(meta, config.bm, config.bn, bk)
         for s in ((splits, 1) if splits > 1 else (1,)):
             (split if s > 1 else whole).append(_gather_tactic(config, meta, half, s, epilogue, has_bias, direct))
