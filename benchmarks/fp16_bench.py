@@ -44,7 +44,9 @@ def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str
             "warnings": [line for line in done.stderr.splitlines() if "WARN" in line.upper()][:8]}
 
 
-def plugrt_run(plan: str, model: dict, batch: int) -> tuple[float, np.ndarray]:
+def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tuple[float, np.ndarray, dict | None]:
+    """Graph-replay latency, the output, and (``profile``) the per-layer profile summed
+    by op with the slowest layers (``plugrt bench --dump-profile``'s)."""
     from numba import cuda
     from plugrt.engine import Engine
 
@@ -55,7 +57,19 @@ def plugrt_run(plan: str, model: dict, batch: int) -> tuple[float, np.ndarray]:
         feed = cuda.to_device(x)
         outs = {name: cuda.device_array(v.shape, v.dtype) for name, v in first.items()}
         ms = _median_ms(lambda: ctx.execute_async({model["input"]: feed}, outputs=outs), ctx.stream.synchronize)
-    return ms, first[model["output"]]
+    summary = None
+    if profile:
+        from plugrt.layer_profile import profile_json, profile_layers
+
+        layers = profile_json(profile_layers(engine, {model["input"]: x}))["layers"]
+        by_op: dict = {}
+        for row in layers:
+            by_op[row["op"]] = by_op.get(row["op"], 0.0) + row["median_ms"]
+        summary = {"total_ms": sum(row["median_ms"] for row in layers),
+                   "by_op_ms": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:12]),
+                   "slowest": [{k: row[k] for k in ("name", "op", "tactic", "median_ms", "blocks")}
+                               for row in sorted(layers, key=lambda row: -row["median_ms"])[:12]]}
+    return ms, first[model["output"]], summary
 
 
 def torch_runs(model: dict, batch: int) -> dict:
@@ -99,6 +113,8 @@ def main() -> int:
     parser.add_argument("--models", default="resnet50,bert")
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--optimization-level", default="3")
+    parser.add_argument("--profile", action="store_true", help="also record each plan's per-layer profile")
+    parser.add_argument("--no-tf32", action="store_true", help="FP16 builds only")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-fp16-")
@@ -117,12 +133,14 @@ def main() -> int:
             torch_report = torch_runs(model, batch)
             reference = torch_report.pop("fp32_output")
             entry.update(torch_report)
-            variants = [("fp16", True)] + ([("tf32", False)] if batch == max(batches) else [])
+            variants = [("fp16", True)] + ([("tf32", False)] if batch == max(batches) and not args.no_tf32 else [])
             for label, fp16 in variants:
                 plan = os.path.join(work, f"{name}_b{batch}_{label}.plan")
                 entry[f"{label}_build"] = build(model, plan, cache, batch, fp16, args.optimization_level)
-                ms, output = plugrt_run(plan, model, batch)
+                ms, output, profile = plugrt_run(plan, model, batch, args.profile)
                 entry[f"{label}_ms"] = ms
+                if profile is not None:
+                    entry[f"{label}_profile"] = profile
                 entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
                 save()
     save()
@@ -138,6 +156,11 @@ def main() -> int:
             if f"{label}_build" in entry:
                 b = entry[f"{label}_build"]
                 print(f"   {label} build {b['seconds']} s: " + " | ".join(b["lines"])[:400])
+            if f"{label}_profile" in entry:
+                p = entry[f"{label}_profile"]
+                print(f"   {label} layers {p['total_ms']:.3f} ms: " + ", ".join(f"{op} {t:.3f}" for op, t in p["by_op_ms"].items()))
+                for row in p["slowest"][:8]:
+                    print(f"      {row['median_ms']:.4f} ms {row['name'][:40]} {row['op'][:40]} {row['tactic']}")
     return 0
 
 

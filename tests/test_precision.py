@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from plugrt.cli import main
+from plugrt.device import simulated
 from plugrt.engine import Builder, BuilderConfig, Engine
 from plugrt.engine.accuracy import relative_error
 from plugrt.engine.precision import float_slots
@@ -25,7 +26,8 @@ from test_tuner import DOMAIN, Twice, _variant
 
 #: An FP16 engine's relative error against the FP32 model (the issue's figure).
 FP16_TOLERANCE = 1e-2
-FP32_TOLERANCE = 1e-4
+#: FP32 layers on a Hopper GPU run TF32 tensor cores (the default, as in TensorRT).
+FP32_TOLERANCE = 1e-4 if simulated() else 5e-3
 
 
 def _weights(rng, *shape, scale=None):

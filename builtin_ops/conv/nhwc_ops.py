@@ -93,19 +93,27 @@ class ConvNHWC(Conv):
 
 def channels_last_form(node, graph) -> dict | None:
     """What the pass needs to make ``node`` (an ONNX Conv) a ConvNHWC: ``{"attrs",
-    "weight"}`` (the weight moved to ``[M, k..., C/group]``), or None where the Conv has no
-    tensor-core kernel channels-last (not 2-D, grouped, C not in whole FP16 chunks, a
-    weight that is not a constant, symbolic channels, ``auto_pad``)."""
+    "weight", "pad_channels"}`` (the weight moved to ``[M, k..., C/group]``; zero input
+    channels to add so that C is whole FP16 chunks: a first layer's 3 become 8, the
+    weight padded to match), or None where the Conv has no tensor-core kernel
+    channels-last (not 2-D, grouped, a weight that is not a constant, symbolic channels,
+    ``auto_pad``, more than half of C padding)."""
     if node.domain or node.op_type != "Conv" or len(node.inputs) < 2:
         return None
     x, w = graph.info(node.inputs[0]), graph.info(node.inputs[1])
     if x is None or w is None or w.value is None or x.rank != 4 or node.attrs.get("group", 1) != 1:
         return None
-    if not isinstance(x.shape[1], int) or x.shape[1] % CHANNEL_MULTIPLE or node.attrs.get("auto_pad", "NOTSET") != "NOTSET":
+    if not isinstance(x.shape[1], int) or node.attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        return None
+    channels = x.shape[1]
+    pad = -channels % CHANNEL_MULTIPLE
+    if pad and channels >= CHANNEL_MULTIPLE and 2 * pad > channels:
         return None
     attrs = {name: node.attrs[name] for name in ("dilations", "group", "kernel_shape", "pads", "strides")
              if node.attrs.get(name) is not None}
-    return {"attrs": attrs, "weight": np.ascontiguousarray(np.moveaxis(w.value, 1, -1))}
+    weight = np.moveaxis(w.value, 1, -1)
+    weight = np.pad(weight, [(0, 0)] * (weight.ndim - 1) + [(0, pad)])
+    return {"attrs": attrs, "weight": np.ascontiguousarray(weight), "pad_channels": pad}
 
 
 OPS = (ConvNHWC,)

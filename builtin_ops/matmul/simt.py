@@ -148,6 +148,12 @@ def staging_bytes(bm: int, bn: int, mainloop_floats: int) -> int:
     return 4 * max(mainloop_floats, bm * bn)
 
 
+#: Output elements a thread computes (epilogue loads included) before it stores any: a
+#: store might alias a later load, so loads after a store wait for it; batched, their
+#: memory latencies overlap (a residual add's reads go from one at a time to eight).
+STORE_BATCH = 8
+
+
 @functools.lru_cache(maxsize=None)
 def tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, epilogue_fn):
     """``store(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)``:
@@ -157,25 +163,44 @@ def tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, epilogue
     Without ``split``: ``out[o] = epilogue(alpha * acc + beta * C)`` once per element; with
     it the raw sum goes to ``partial[(z * nb + bi) * M * N + o']`` for
     :func:`split_reduce_kernel`. Staging keeps the accumulators' indices constant in the
-    kernels (so they stay in registers) however large the epilogue is.
+    kernels (so they stay in registers) however large the epilogue is. A thread takes its
+    elements :data:`STORE_BATCH` at a time: all their values (and the epilogue's loads),
+    then all their stores.
     """
     store = store_value_fn(np.dtype(np.float32))
+    per_thread = -(-bm * bn // threads)
+    U = max(1, min(STORE_BATCH, per_thread))
+    STEP = threads * U
 
     @jit(device=True)
     def store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid):
         nb, m, n = meta[NB], meta[M_], meta[N_]
+        scm, scn, use_c = meta[SCM], meta[SCN], meta[USE_C]
         mn = m * n
-        for e in range(tid, bm * bn, threads):
-            r = e // bn
-            gm = m0 + r
-            gn = n0 + (e - r * bn)
-            if even or (gm < m and gn < n):
-                if split:
-                    partial[(z * nb + bi) * mn + gm * n + gn] = smem[e]
-                else:
-                    o = int64(bi * mn + gm * n + gn)
-                    value = store(smem[e], c, gm * meta[SCM] + gn * meta[SCN], meta[USE_C], 0, alpha, beta)
-                    out[o] = epilogue_fn(value, o, operands)
+        where = cuda.local.array(U, int64)
+        values = cuda.local.array(U, float32)
+        for e0 in range(tid, bm * bn, STEP):
+            for u in range(U):  # values first: the epilogues' loads issue back to back
+                e = e0 + u * threads
+                r = e // bn
+                gm = m0 + r
+                gn = n0 + (e - r * bn)
+                where[u] = -1
+                if e < bm * bn and (even or (gm < m and gn < n)):
+                    if split:
+                        where[u] = (z * nb + bi) * mn + gm * n + gn
+                        values[u] = smem[e]
+                    else:
+                        o = int64(bi * mn + gm * n + gn)
+                        where[u] = o
+                        values[u] = epilogue_fn(store(smem[e], c, gm * scm + gn * scn, use_c, 0, alpha, beta), o,
+                                                operands)
+            for u in range(U):
+                if where[u] >= 0:
+                    if split:
+                        partial[where[u]] = values[u]
+                    else:
+                        out[where[u]] = values[u]
 
     return store_tile
 

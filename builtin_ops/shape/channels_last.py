@@ -3,9 +3,11 @@ tensor-core kernel, and the layout changes between them cancel (TensorRT's forma
 selection, done as ONNX Runtime's layout transformer does it: with Transposes).
 
 1. Each Conv that can (:func:`plugrt_builtin_ops.conv.nhwc_ops.channels_last_form`: 2-D,
-   one group, channels in whole 16-byte FP16 chunks, a constant weight) becomes
-   ``Transpose(NCHW -> NHWC) -> plugrt.conv::ConvNHWC -> Transpose(NHWC -> NCHW)``, its
-   weight stored ``[M, kh, kw, C]``. One Transpose per tensor serves every Conv reading it.
+   one group, a constant weight) becomes ``Transpose(NCHW -> NHWC) ->
+   plugrt.conv::ConvNHWC -> Transpose(NHWC -> NCHW)``, its weight stored ``[M, kh, kw,
+   C]``; channels not in whole 16-byte FP16 chunks (an image's 3) are padded with zeros by
+   a Pad after the Transpose, the weight with them. One Transpose (and Pad) per tensor
+   serves every Conv reading it.
 2. The Transposes back to NCHW move down the graph until they meet their inverse:
    - a Transpose of a Transpose becomes one Transpose of the composed permutation, or
      none when that is the identity;
@@ -37,8 +39,10 @@ from plugrt_builtin_ops.pooling import nhwc_ops as pool_nhwc
 
 from . import simplify_pairs
 
-#: NCHW -> NHWC and back, for 4-D tensors.
+#: NCHW -> NHWC, for 4-D tensors.
 TO_LAST = [0, 2, 3, 1]
+#: The first opset whose Pad takes its pads as an input.
+PAD_OPSET = 11
 
 
 def to_first(rank: int) -> list[int]:
@@ -64,20 +68,18 @@ def run(graph: Graph, registry) -> int:
 
 
 def _convert_convs(graph: Graph, registry) -> int:
-    made: dict[str, str] = {}  # NCHW tensor -> its NHWC Transpose's output
+    made: dict[tuple[str, int], str] = {}  # (NCHW tensor, channels padded) -> its NHWC form
     converted = 0
     for node in list(graph.nodes):
         form = conv_nhwc.channels_last_form(node, graph)
-        if form is None:
+        if form is None or (form["pad_channels"] and graph.opsets.get("", 17) < PAD_OPSET):
             continue
-        x = node.inputs[0]
-        if x not in made:
-            made[x] = fresh_name(graph, f"{x}_nhwc")
-            insert_nodes(graph, graph.nodes.index(node), [_transpose(graph, registry, x, made[x], TO_LAST,
-                                                                     f"{node.name}/to_nhwc")])
+        x = _channels_last_input(graph, registry, node, form["pad_channels"], made)
+        if x is None:
+            continue
         weight = add_constant(graph, f"{node.inputs[1]}_nhwc", form["weight"])
         y = fresh_name(graph, f"{node.outputs[0]}_nhwc")
-        conv = make_node(graph, registry, "ConvNHWC", [made[x], weight, *node.inputs[2:]], [y], form["attrs"],
+        conv = make_node(graph, registry, "ConvNHWC", [x, weight, *node.inputs[2:]], [y], form["attrs"],
                          opset=1, domain=conv_nhwc.DOMAIN, name=node.name, origin=node.origin)
         back = _transpose(graph, registry, y, node.outputs[0], to_first(4), f"{node.name}/to_nchw")
         if conv is None or back is None:
@@ -88,6 +90,26 @@ def _convert_convs(graph: Graph, registry) -> int:
         insert_nodes(graph, at, [conv, back])
         converted += 1
     return converted
+
+
+def _channels_last_input(graph: Graph, registry, node: Node, pad: int, made: dict) -> str | None:
+    """``node``'s input NHWC (one Transpose per tensor, shared), its channels padded with
+    ``pad`` zeros (one Pad, shared)."""
+    x = node.inputs[0]
+    if (x, 0) not in made:
+        made[x, 0] = fresh_name(graph, f"{x}_nhwc")
+        insert_nodes(graph, graph.nodes.index(node), [_transpose(graph, registry, x, made[x, 0], TO_LAST,
+                                                                 f"{node.name}/to_nhwc")])
+    if pad and (x, pad) not in made:
+        pads = add_constant(graph, f"{x}_channel_pads", np.array([0, 0, 0, 0, 0, 0, 0, pad], np.int64))
+        padded = fresh_name(graph, f"{x}_nhwc_padded")
+        node_pad = make_node(graph, registry, "Pad", [made[x, 0], pads], [padded], {"mode": "constant"},
+                             opset=graph.opsets.get("", 17), name=fresh_name(graph, f"{node.name}/pad_channels"))
+        if node_pad is None:
+            return None
+        insert_nodes(graph, graph.nodes.index(node), [node_pad])
+        made[x, pad] = padded
+    return made[x, pad]
 
 
 def _transpose(graph: Graph, registry, source: str, target: str, perm: list[int], name: str) -> Node | None:
