@@ -96,8 +96,9 @@ def test_a_disabled_pass_keeps_every_layer_in_the_model_layout(rng):
     assert not any("NHWC" in node.op_type or node.op_type == "Transpose" for node in graph.nodes)
 
 
-def test_constants_of_pointwise_ops_are_permuted_with_them(rng):
+def test_constants_of_pointwise_ops_are_permuted_with_them(rng, monkeypatch):
     """A per-channel Mul between two convolutions (no BatchNorm to fold it) moves with the layout."""
+    monkeypatch.setattr(channels_last, "MIN_CONVS", 2)
     w1, w2 = (rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2 for _ in range(2))
     scale = rng.uniform(0.5, 1.5, (8, 1, 1)).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4, name="c1"),
@@ -144,6 +145,18 @@ def test_every_precision_and_format_matches_onnxruntime(rng, fp16, layout):
     layers = engine.inspect()["layers"]
     formats = {layer["format"] for layer in layers if "Conv" in layer["op"]}
     assert formats == ({"channels_last"} if layout == "channels_last" else {"linear"})
+
+
+def test_a_lone_conv_or_two_keep_the_model_layout(rng):
+    """Too few convolutions to amortize the layout changes: the pass leaves the graph."""
+    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1] * 4, name="c1"),
+             helper.make_node("Conv", ["a", "w"], ["y"], pads=[1] * 4, name="c2")]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, "w")])
+    optimized = ops_after_passes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op_type for n in optimized.nodes] == ["Conv", "Conv"]
 
 
 def test_off_hopper_nothing_changes(rng, monkeypatch):

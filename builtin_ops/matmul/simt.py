@@ -11,15 +11,13 @@ in registers, loaded from global memory, and stores it into the other buffer aft
 unrolls and the accumulators stay in registers.
 
 Kernels are compiled per shape class: ``even`` when M, N and K are multiples of the tile
-(no bounds checks anywhere) or guarded otherwise; the global-load thread mapping follows
-which operand stride is 1 (coalesced either way). Split-K (``splits > 1``, for few output
+(no bounds checks) or guarded; the global loads follow the operand whose stride is 1. Split-K (``splits > 1``, for few output
 tiles and a long K) makes ``gridDim.z`` cover ``batch x splits``; every split writes float32
 partial sums to the workspace and :func:`split_reduce_kernel` adds them up and applies
 alpha, Gemm's C and the fused epilogue exactly once.
 
 The staging helpers (:func:`tile_loader`, :func:`tile_store`) and the K-split launches
-(:func:`gemm_launches`) are shared with the tensor-core tactics (:mod:`.tf32`,
-:mod:`.wgmma`) and usable by other GEMM-shaped kernels.
+(:func:`gemm_launches`) serve the tensor-core tactics (:mod:`.tf32`, :mod:`.wgmma`) too.
 """
 
 from __future__ import annotations
@@ -148,9 +146,8 @@ def staging_bytes(bm: int, bn: int, mainloop_floats: int) -> int:
     return 4 * max(mainloop_floats, bm * bn)
 
 
-#: Output elements a thread computes (epilogue loads included) before it stores any: a
-#: store might alias a later load, so loads after a store wait for it; batched, their
-#: memory latencies overlap (a residual add's reads go from one at a time to eight).
+#: Output elements a thread computes (epilogue loads included) before storing any: loads
+#: after a store that may alias them wait for it; batched, their latencies overlap.
 STORE_BATCH = 8
 
 
@@ -164,8 +161,7 @@ def tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, epilogue
     it the raw sum goes to ``partial[(z * nb + bi) * M * N + o']`` for
     :func:`split_reduce_kernel`. Staging keeps the accumulators' indices constant in the
     kernels (so they stay in registers) however large the epilogue is. A thread takes its
-    elements :data:`STORE_BATCH` at a time: all their values (and the epilogue's loads),
-    then all their stores.
+    elements :data:`STORE_BATCH` at a time: all their values, then all their stores.
     """
     store = store_value_fn(np.dtype(np.float32))
     per_thread = -(-bm * bn // threads)
@@ -180,7 +176,7 @@ def tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, epilogue
         where = cuda.local.array(U, int64)
         values = cuda.local.array(U, float32)
         for e0 in range(tid, bm * bn, STEP):
-            for u in range(U):  # values first: the epilogues' loads issue back to back
+            for u in range(U):
                 e = e0 + u * threads
                 r = e // bn
                 gm = m0 + r

@@ -19,7 +19,9 @@ from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.common.scalars import compute_type
 
-from .window_pool import KERNEL, tap_offset, window_block_order, window_count
+from .window_pool import (
+    DILATION, IN_SIZE, KERNEL, OUT_SIZE, PAD_BEGIN, STRIDE, tap_offset, window_block_order, window_count,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,6 +46,42 @@ def max_pool_nhwc_kernel(dtype: str):
                     v = load(x, base + off * channels)
                 if t == 0 or v > best or (v != v and best == best):
                     best = v
+            y[i] = best
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def max_pool_nhwc_2d_kernel(dtype: str):
+    """:func:`max_pool_nhwc_kernel` for two spatial dims (the networks' case): the window's
+    rows and columns walked by nested loops from the output pixel decoded once, instead
+    of decoding every tap (eight int64 divisions each)."""
+    _, _, load = compute_type(dtype)
+
+    @jit
+    def kernel(y, x, n, channels, out_plane, in_plane, taps, nsp, geo, low):
+        ow_size, kh_size, kw_size = geo[OUT_SIZE, 1], geo[KERNEL, 0], geo[KERNEL, 1]
+        sh, sw, dh, dw = geo[STRIDE, 0], geo[STRIDE, 1], geo[DILATION, 0], geo[DILATION, 1]
+        ph, pw, height, width = geo[PAD_BEGIN, 0], geo[PAD_BEGIN, 1], geo[IN_SIZE, 0], geo[IN_SIZE, 1]
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            pixel = i // channels
+            c = i - pixel * channels
+            image = pixel // out_plane
+            o = pixel - image * out_plane
+            oh = o // ow_size
+            base = image * in_plane * channels + c
+            best = low
+            first = True
+            for kh in range(kh_size):
+                ih = oh * sh - ph + kh * dh
+                for kw in range(kw_size):
+                    iw = (o - oh * ow_size) * sw - pw + kw * dw
+                    v = low
+                    if ih >= 0 and ih < height and iw >= 0 and iw < width:
+                        v = load(x, base + (ih * width + iw) * channels)
+                    if first or v > best or (v != v and best == best):
+                        best = v
+                    first = False
             y[i] = best
 
     return kernel
@@ -143,7 +181,8 @@ def window_pool_nhwc_tactics(kind: str, x_info, y_info, table: np.ndarray, inclu
                      np.int64(taps), np.int64(nsp), to_device(table))
             if kind == "max":
                 low = npt(-np.inf) if dtype.kind == "f" else npt(np.iinfo(dtype).min)
-                kernel, extra = max_pool_nhwc_kernel(dtype.str), (low,)
+                factory = max_pool_nhwc_2d_kernel if nsp == 2 else max_pool_nhwc_kernel
+                kernel, extra = factory(dtype.str), (low,)
             else:
                 kernel, extra = average_pool_nhwc_kernel(dtype.str), (np.int64(include_pad),)
             return [Launch(kernel, blocks, block, (flat(outputs[0]), flat(inputs[0])) + sizes + extra)]

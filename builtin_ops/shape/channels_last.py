@@ -22,8 +22,9 @@ selection, done as ONNX Runtime's layout transformer does it: with Transposes).
    Transpose of ``[N, 1, 1, C]`` then Flatten is one Reshape).
 
 Graph inputs and outputs keep the model's layout: a Transpose stays at each end. Runs
-where channels-last kernels exist (a Hopper GPU; the simulator); ``--disable-pass
-channels_last`` keeps every layer in the model's layout.
+where channels-last kernels exist (a Hopper GPU; the simulator) on graphs with at least
+:data:`MIN_CONVS` convertible Convs; ``--disable-pass channels_last`` keeps every layer in
+the model's layout.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from . import simplify_pairs
 TO_LAST = [0, 2, 3, 1]
 #: The first opset whose Pad takes its pads as an input.
 PAD_OPSET = 11
+#: Convertible Convs a graph needs for the pass to run: a network of them, whose layout
+#: changes amortize; a lone conv or two would pay more in Transposes than they gain.
+MIN_CONVS = 4
 
 
 def to_first(rank: int) -> list[int]:
@@ -52,7 +56,7 @@ def to_first(rank: int) -> list[int]:
 
 def run(graph: Graph, registry) -> int:
     """Convert, then sink and cancel; the number of rewrites."""
-    if not hopper():
+    if not hopper() or sum(conv_nhwc.channels_last_form(n, graph) is not None for n in graph.nodes) < MIN_CONVS:
         return 0
     rewrites = _convert_convs(graph, registry)
     if not rewrites:
