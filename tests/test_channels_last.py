@@ -147,6 +147,42 @@ def test_every_precision_and_format_matches_onnxruntime(rng, fp16, layout):
     assert formats == ({"channels_last"} if layout == "channels_last" else {"linear"})
 
 
+def mobile_dense_net(rng):
+    """A MobileNet block (1x1, depthwise 3x3, 1x1) and a 3x3 branch concatenated on the
+    channels (DenseNet, U-Net), then a 3x3 conv."""
+    def weights(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["a"], name="expand"), n("Relu", ["a"], ["ar"], name="r1"),
+             n("Conv", ["ar", "wd"], ["d"], group=16, pads=[1] * 4, name="depthwise"),
+             n("Relu", ["d"], ["dr"], name="r2"), n("Conv", ["dr", "w2"], ["b"], name="project"),
+             n("Conv", ["x", "w3"], ["e"], pads=[1] * 4, name="branch"),
+             n("Concat", ["b", "e"], ["cat"], axis=1, name="concat"),
+             n("Conv", ["cat", "w4"], ["y"], pads=[1] * 4, name="head")]
+    inits = {"w1": weights(16, 8, 1, 1), "wd": weights(16, 1, 3, 3), "w2": weights(8, 16, 1, 1),
+             "w3": weights(8, 8, 3, 3), "w4": weights(8, 16, 3, 3)}
+    graph = helper.make_graph(nodes, "mobile_dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 5, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(a, k) for k, a in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_depthwise_convs_and_channel_concats_stay_channels_last(rng, fp16):
+    model = mobile_dense_net(rng)
+    graph = ops_after_passes(model)
+    ops = [node.op_type for node in graph.nodes]
+    assert ops.count("ConvNHWC") == 5 and ops.count("Transpose") == 2, ops
+    assert next(n for n in graph.nodes if n.op_type == "Concat").attrs["axis"] == 3
+    x = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    engine = Builder().build_engine(model, BuilderConfig(progress=False, fp16=fp16))
+    got = engine.create_execution_context().execute({"x": x})["y"]
+    tol = 2e-2 if fp16 else FP32_TOL
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
 def test_a_lone_conv_or_two_keep_the_model_layout(rng):
     """Too few convolutions to amortize the layout changes: the pass leaves the graph."""
     w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)

@@ -95,18 +95,20 @@ def channels_last_form(node, graph) -> dict | None:
     """What the pass needs to make ``node`` (an ONNX Conv) a ConvNHWC: ``{"attrs",
     "weight", "pad_channels"}`` (the weight moved to ``[M, k..., C/group]``; zero input
     channels to add so that C is whole FP16 chunks: a first layer's 3 become 8, the
-    weight padded to match), or None where the Conv has no tensor-core kernel
-    channels-last (not 2-D, grouped, a weight that is not a constant, symbolic channels,
-    ``auto_pad``, more than half of C padding)."""
+    weight padded to match), or None where the Conv has no fast channels-last kernel (not
+    2-D, grouped but not depthwise, a weight that is not a constant, symbolic channels,
+    ``auto_pad``, more than half of C padding). A depthwise Conv (one input channel per
+    group) runs channels-last on the plain kernel, whose threads take consecutive channels:
+    a MobileNet's depthwise layers between its 1x1 convolutions need no layout changes."""
     if node.domain or node.op_type != "Conv" or len(node.inputs) < 2:
         return None
     x, w = graph.info(node.inputs[0]), graph.info(node.inputs[1])
-    if x is None or w is None or w.value is None or x.rank != 4 or node.attrs.get("group", 1) != 1:
+    if x is None or w is None or w.value is None or x.rank != 4 or not isinstance(x.shape[1], int):
         return None
-    if not isinstance(x.shape[1], int) or node.attrs.get("auto_pad", "NOTSET") != "NOTSET":
+    channels, group = x.shape[1], node.attrs.get("group", 1)
+    if node.attrs.get("auto_pad", "NOTSET") != "NOTSET" or (group != 1 and group != channels):
         return None
-    channels = x.shape[1]
-    pad = -channels % CHANNEL_MULTIPLE
+    pad = -channels % CHANNEL_MULTIPLE if group == 1 else 0
     if pad and channels >= CHANNEL_MULTIPLE and 2 * pad > channels:
         return None
     attrs = {name: node.attrs[name] for name in ("dilations", "group", "kernel_shape", "pads", "strides")

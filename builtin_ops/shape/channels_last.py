@@ -3,7 +3,7 @@ tensor-core kernel, and the layout changes between them cancel (TensorRT's forma
 selection, done as ONNX Runtime's layout transformer does it: with Transposes).
 
 1. Each Conv that can (:func:`plugrt_builtin_ops.conv.nhwc_ops.channels_last_form`: 2-D,
-   one group, a constant weight) becomes ``Transpose(NCHW -> NHWC) ->
+   one group or depthwise, a constant weight) becomes ``Transpose(NCHW -> NHWC) ->
    plugrt.conv::ConvNHWC -> Transpose(NHWC -> NCHW)``, its weight stored ``[M, kh, kw,
    C]``; channels not in whole 16-byte FP16 chunks (an image's 3) are padded with zeros by
    a Pad after the Transpose, the weight with them. One Transpose (and Pad) per tensor
@@ -16,6 +16,7 @@ selection, done as ONNX Runtime's layout transformer does it: with Transposes).
      way (a residual add's shortcut) reads the Transposes' inputs (constants permuted to
      match; the shortcut's Transpose) and is followed by one Transpose; done where at
      least one of those Transposes has no other reader, so the count never grows;
+   - a Concat of such Transposes concatenates their inputs along the permuted axis;
    - a pool reading a Transpose to channels-first becomes its channels-last form
      (:func:`plugrt_builtin_ops.pooling.nhwc_ops.channels_last_form`) followed by it.
 3. The family's ``simplify_pairs`` then merges what is left with its neighbours (a
@@ -140,9 +141,9 @@ def _sink_one(graph: Graph, registry) -> bool:
             return True
     readers = graph.consumers()
     for node in graph.nodes:
-        if _through_pointwise(graph, registry, node, producers, readers) or _into_pool(graph, registry, node, producers,
-                                                                                       readers):
-            return True
+        for rule in (_through_pointwise, _through_concat, _into_pool):
+            if rule(graph, registry, node, producers, readers):
+                return True
     return False
 
 
@@ -166,27 +167,60 @@ def _through_pointwise(graph: Graph, registry, node: Node, producers: dict, read
     outs = [name for name in node.outputs if name]
     if len(outs) != 1 or POINTWISE not in registry.op(node).groups:
         return False
+    found = _untransposed(graph, node, producers, readers, graph.info(outs[0]).rank)
+    if found is None:
+        return False
+    perm, inputs = found
+    inner = fresh_name(graph, f"{outs[0]}_inner")
+    _replace_with(graph, registry, node, node.replace(inputs=tuple(inputs), outputs=(inner,)), inner, outs[0], perm)
+    return True
+
+
+def _through_concat(graph: Graph, registry, node: Node, producers: dict, readers: dict) -> bool:
+    """``Concat(T(a), T(b), axis)`` -> ``T(Concat(a, b, axis'))``: a DenseNet's or a
+    U-Net's channel concatenations stay channels-last."""
+    outs = [name for name in node.outputs if name]
+    if node.domain or node.op_type != "Concat" or len(outs) != 1:
+        return False
     rank = graph.info(outs[0]).rank
+    found = _untransposed(graph, node, producers, readers, rank, constants=False)
+    if found is None:
+        return False
+    perm, inputs = found
+    inner = fresh_name(graph, f"{outs[0]}_inner")
+    axis = perm[int(node.attrs["axis"]) % rank]
+    concat = node.replace(inputs=tuple(inputs), outputs=(inner,), attrs={**node.attrs, "axis": axis})
+    _replace_with(graph, registry, node, concat, inner, outs[0], perm)
+    return True
+
+
+def _untransposed(graph: Graph, node: Node, producers: dict, readers: dict, rank: int, constants: bool = True):
+    """``(perm, inputs)``: ``node``'s inputs before the Transposes of one permutation that
+    make them (a tensor in the model's layout read through its existing Transpose the other
+    way, constants permuted to match), or None where they are not all such, or no
+    Transpose would be freed (each of those has another reader)."""
     perm, freed, inputs, plain = None, False, list(node.inputs), []
     for i, name in enumerate(node.inputs):
         info = graph.info(name) if name else None
         if info is None or info.value is not None:
+            if info is not None and not constants:
+                return None
             continue
         found = _perm(graph, producers.get(name))
         if found is None:
             plain.append(i)
             continue
         if len(found) != rank or (perm is not None and found != perm):
-            return False
+            return None
         perm = found
         freed |= all(reader is node for reader in readers.get(name, []))
     if perm is None or not freed:
-        return False
+        return None
     inverse = [int(p) for p in np.argsort(perm)]
-    for i in plain:  # a tensor in the model's layout is read through its existing Transpose, if any
+    for i in plain:
         twin = next((r for r in readers.get(node.inputs[i], []) if _perm(graph, r) == inverse), None)
         if twin is None or graph.info(node.inputs[i]).rank != rank:
-            return False
+            return None
         inputs[i] = twin.outputs[0]
     for i, name in enumerate(node.inputs):
         info = graph.info(name) if name else None
@@ -197,9 +231,7 @@ def _through_pointwise(graph: Graph, registry, node: Node, producers: dict, read
         elif info.rank > 0:
             full = np.asarray(info.value).reshape((1,) * (rank - info.rank) + tuple(info.value.shape))
             inputs[i] = add_constant(graph, f"{name}_permuted", np.ascontiguousarray(np.transpose(full, inverse)))
-    inner = fresh_name(graph, f"{outs[0]}_inner")
-    _replace_with(graph, registry, node, node.replace(inputs=tuple(inputs), outputs=(inner,)), inner, outs[0], perm)
-    return True
+    return perm, inputs
 
 
 def _into_pool(graph: Graph, registry, node: Node, producers: dict, readers: dict) -> bool:
