@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plugrt.device import simulated
-from plugrt.engine import Builder, BuilderConfig
+from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile
 from plugrt.onnx.importer import import_model
 from plugrt.passes import optimize
 from plugrt.registry import default_registry
@@ -181,6 +181,45 @@ def test_depthwise_convs_and_channel_concats_stay_channels_last(rng, fp16):
     got = engine.create_execution_context().execute({"x": x})["y"]
     tol = 2e-2 if fp16 else FP32_TOL
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def se_net(rng, batch="N"):
+    """Four 3x3 convolutions with a squeeze-and-excitation gate between the last two
+    (GlobalAveragePool -> 1x1 conv -> Sigmoid -> Mul, broadcast over the image), at a
+    dynamic batch size."""
+    def weights(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["a"], pads=[1] * 4, name="c1"), n("Relu", ["a"], ["ar"], name="r1"),
+             n("Conv", ["ar", "w2"], ["b"], pads=[1] * 4, name="c2"), n("Relu", ["b"], ["br"], name="r2"),
+             n("Conv", ["br", "w3"], ["c"], pads=[1] * 4, name="c3"),
+             n("GlobalAveragePool", ["c"], ["g"], name="squeeze"), n("Conv", ["g", "ws"], ["s"], name="excite"),
+             n("Sigmoid", ["s"], ["gate"], name="gate"), n("Mul", ["c", "gate"], ["m"], name="scale"),
+             n("Conv", ["m", "w4"], ["y"], pads=[1] * 4, name="c4")]
+    inits = {"w1": weights(8, 8, 3, 3), "w2": weights(8, 8, 3, 3), "w3": weights(8, 8, 3, 3),
+             "ws": weights(8, 8, 1, 1), "w4": weights(8, 8, 3, 3)}
+    graph = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(a, k) for k, a in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_squeeze_excitation_gate_at_a_dynamic_batch_stays_channels_last(rng):
+    model = se_net(rng)
+    graph = ops_after_passes(model)
+    ops = [node.op_type for node in graph.nodes]
+    assert ops.count("ConvNHWC") == 5 and ops.count("Transpose") == 2, ops
+    config = BuilderConfig(progress=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 8, 4, 5), (2, 8, 4, 5), (3, 8, 4, 5)))
+    engine = Engine.deserialize(Builder().build_engine(model, config).serialize())  # through a plan
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    context = engine.create_execution_context()
+    for batch in (3, 1):
+        x = rng.standard_normal((batch, 8, 4, 5)).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = context.execute({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=FP32_TOL, atol=FP32_TOL * np.abs(want).max())
 
 
 def test_a_lone_conv_or_two_keep_the_model_layout(rng):
