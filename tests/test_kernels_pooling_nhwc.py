@@ -227,6 +227,8 @@ def test_kernels_compile_for_the_gpu():
             c = scalar(compute_type(dt)[1])
             check(f"MaxPoolNHWC {dt}", nk.max_pool_nhwc_kernel(np.dtype(dt).str),
                   [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, c], dt != "float64")
+            check(f"MaxPoolNHWC 2-D {dt}", nk.max_pool_nhwc_2d_kernel(np.dtype(dt).str),
+                  [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, c], dt != "float64")
         for dt in ("float16", "float32", "float64"):
             check(f"AveragePoolNHWC {dt}", nk.average_pool_nhwc_kernel(np.dtype(dt).str),
                   [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, I64], dt != "float64")
