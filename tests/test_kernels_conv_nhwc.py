@@ -159,3 +159,33 @@ def test_wgmma_nhwc_on_the_gpu(rng, dtype, x_shape, w_shape, attrs):
         except AssertionError as exc:
             failures.append(str(exc).splitlines()[0])
     assert not failures, "; ".join(failures)
+
+
+def test_nhwc_kernels_compile_for_the_gpu():
+    """sm_90 typing of the production kernels (the simulator does not type them): the
+    gathering wgmma GEMM in FP16 and TF32 with a residual epilogue, whole and ragged
+    tiles, with and without K split; the plain kernel."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from numba import cuda, float32
+        from plugrt_builtin_ops.conv import wgmma_nhwc as N
+        from plugrt_builtin_ops.matmul.wgmma import wgmma_kernel
+
+        @cuda.jit(device=True)
+        def epi(v, i, ops):
+            return max(v + float32(ops[1][i]), float32(0))
+
+        f16, f32, i64 = arr(np.float16), arr(np.float32), arr(np.int64)
+        for half, out in ((True, f16), (False, f32)):
+            args = [out, f32, f32, out, f32, i64, i64, types.float32, types.float32, types.int64, types.int64,
+                    types.Tuple((i64, out))]
+            for config in N.GPU_CONFIGS:
+                for even, split in ((True, False), (False, True)):
+                    kernel = wgmma_kernel(config, True, True, even, split, epi, False, half, N.nhwc_gather)
+                    check(f"{config.name} half={half} even={even} split={split}", kernel, args, True)
+        for dt in (f16, f32):
+            check(f"direct_nhwc {dt}", N.direct_nhwc_kernel(float32, epi),
+                  [dt, dt, dt, dt, types.int64, types.int64, i64, types.Tuple((i64, dt))], True)
+    """)
+    assert not failures, "\\n".join(failures)

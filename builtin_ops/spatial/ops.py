@@ -81,7 +81,7 @@ class _PadBase(OpPlugin):
         if mode != "constant" and any(k <= 0 and (b > 0 or e > 0) for k, (b, e) in zip(kept, pairs)):
             raise self.unsupported(node, f"mode {mode!r} padding an empty axis", "there is nothing to repeat")
         value, index = self.fill_source(node, inputs, x.dtype)
-        return [pad.pad_tactic(x, outputs[0], pairs, mode, value, index)]
+        return pad.pad_tactics(x, outputs[0], pairs, mode, value, index)
 
     def fill_source(self, node, inputs, dtype):
         """``(host value, None)`` or ``(None, input index)`` of the constant mode's value."""

@@ -64,6 +64,46 @@ def pad_kernel(mode: str):
     return kernel
 
 
+@functools.lru_cache(maxsize=None)
+def row_pad_kernel():
+    """``y[r, j] = x[r, j - begin]`` inside the row's copy, ``fill[0]`` outside: rows of
+    ``width`` grown to ``out_width`` (one division per element instead of one per axis)."""
+
+    @jit
+    def kernel(y, x, fill, n, width, out_width, begin):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            r = i // out_width
+            c = i - r * out_width - begin
+            if c >= 0 and c < width:
+                y[i] = x[r * width + c]
+            else:
+                y[i] = fill[0]
+
+    return kernel
+
+
+def pad_tactics(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: int | None = None) -> list[Tactic]:
+    """Pad's tactics: the row kernel where only the last axis grows with a constant (a
+    channels-last image's channels padded to whole vectors), first; then :func:`pad_tactic`."""
+    found = [pad_tactic(x_info, y_info, pairs, mode, fill_value, fill_input)]
+    pairs = [(int(b), int(e)) for b, e in pairs]
+    if mode != "constant" or not pairs or any(b or e for b, e in pairs[:-1]) or min(pairs[-1]) < 0:
+        return found
+    width, out_width = int(x_info.shape[-1]), int(y_info.shape[-1])
+    n = int(np.prod([int(d) for d in y_info.shape], dtype=np.int64))
+    dtype = np.dtype(x_info.dtype)
+    fill_value = np.zeros((), dtype) if fill_value is None and fill_input is None else fill_value
+
+    def launches(inputs, outputs, workspace):
+        fill = to_device(np.asarray(fill_value, dtype).reshape(1)) if fill_value is not None else flat(inputs[fill_input])
+        blocks, threads = grid_1d(n)
+        args = (flat(outputs[0]), flat(inputs[0]), fill, np.int64(n), np.int64(width), np.int64(out_width),
+                np.int64(pairs[-1][0]))
+        return [Launch(row_pad_kernel(), blocks, threads, args)] if n else []
+
+    return [Tactic("rows", launches, {"mode": mode})] + found
+
+
 def pad_tactic(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: int | None = None) -> Tactic:
     """The direct tactic of Pad for per-axis ``(begin, end)`` pairs.
 
