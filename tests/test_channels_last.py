@@ -222,6 +222,38 @@ def test_a_squeeze_excitation_gate_at_a_dynamic_batch_stays_channels_last(rng):
         np.testing.assert_allclose(got, want, rtol=FP32_TOL, atol=FP32_TOL * np.abs(want).max())
 
 
+def test_an_nhwc_export_loses_its_own_transposes_and_a_flatten_keeps_the_order(rng):
+    """A tf2onnx-style model (NHWC input, its own Transpose to NCHW) of four convs, a max
+    pool and a head flattening a 2x2 map (VGG: the flatten needs NCHW order): the model's
+    Transpose cancels against the pass's, one Transpose stays before the Flatten."""
+    def weights(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    n = helper.make_node
+    nodes = [n("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2], name="to_nchw")]
+    prev = "xt"
+    for i in range(4):
+        nodes += [n("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1] * 4, name=f"conv{i}"),
+                  n("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev = f"r{i}"
+    nodes += [n("MaxPool", [prev], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+              n("Flatten", ["p"], ["f"], name="flatten"), n("Gemm", ["f", "fc"], ["y"], transB=1, name="fc")]
+    inits = {f"w{i}": weights(8, 8, 3, 3) for i in range(4)}
+    inits["fc"] = weights(5, 32)
+    graph = helper.make_graph(nodes, "nhwc_export", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(a, k) for k, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized = ops_after_passes(model)
+    ops = [node.op_type for node in optimized.nodes]
+    assert ops.count("ConvNHWC") == 4 and ops.count("Transpose") == 1 and "MaxPoolNHWC" in ops, ops
+    assert ops.index("Transpose") > ops.index("MaxPoolNHWC")  # the flatten's, not the input's
+    x = rng.standard_normal((2, 4, 4, 8)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = Builder().build_engine(model, BuilderConfig(progress=False)).create_execution_context().execute({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=FP32_TOL, atol=FP32_TOL * np.abs(want).max())
+
+
 def test_a_lone_conv_or_two_keep_the_model_layout(rng):
     """Too few convolutions to amortize the layout changes: the pass leaves the graph."""
     w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
