@@ -281,6 +281,39 @@ def test_matcher_commutes_binds_and_requires_closure(registry):
     assert P.Matcher(graph, registry).match(different, root) is None
 
 
+def test_rewrites_leave_the_graph_in_order_for_the_next_match(registry):
+    """A replacement (and a node a rule adds) goes to the graph's end, where a reader of the
+    root's outputs may precede it: the graph is put back in order before the next rule runs
+    (a rule may run the graph, as shape facts do)."""
+    b = ModelBuilder(13)
+    y = b.node("Relu", b.node("Relu", b.node("Relu", "x")))  # /relu_1, /relu_2, /relu_3
+    graph = import_model(b.model(y), registry=registry)
+    seen = []
+
+    def in_order(graph):
+        made = set(graph.inputs) | {v.name for v in graph.values.values() if v.is_const}
+        for node in graph.nodes:
+            if any(name and name not in made for name in node.inputs):
+                return False
+            made.update(name for name in node.outputs if name)
+        return True
+
+    def to_sigmoid(graph, registry, match):
+        seen.append((match.root.name, in_order(graph)))
+        negated = P.fresh_name(graph, "negated")
+        graph.add_node(P.make_node(graph, registry, "Neg", [match.values["x"]], [negated], opset=13))
+        return match.fused(registry, "Sigmoid", [negated], opset=13)
+
+    rule = P.Rule("to_sigmoid", P.op("Relu", P.capture("x")), lambda g, r, m: to_sigmoid(g, r, m)
+                  if m.root.name in ("/relu_1", "/relu_2") else None)
+    assert P.rewrite_matches(graph, registry, [rule]) == 2
+    assert seen == [("/relu_2", True), ("/relu_1", True)] and in_order(graph)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    got = ReferenceExecutor(graph, registry).run({"x": x})[graph.outputs[0]]
+    expected = np.maximum(1 / (1 + np.exp(-(-(1 / (1 + np.exp(-(-x))))))), 0)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 # ---------------------------------------------------------------- the whole pipeline
 
 def test_pipeline_fuses_layernorm_gelu_softmax(registry):

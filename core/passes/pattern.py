@@ -241,6 +241,7 @@ def rewrite_matches(graph: Graph, registry, rules: list[Rule]) -> int:
             graph.add_node(replacement)
             for name in replacement.outputs:
                 graph.values[name].info = None  # inferred again by finish()
+            graph.toposort()  # the next rule may run the graph (shape facts): in order between rewrites
             removed.update(id(n) for n in found.nodes)
             matcher = Matcher(graph, registry)
             count += 1
