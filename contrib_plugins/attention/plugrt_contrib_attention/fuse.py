@@ -10,7 +10,9 @@ softmax into ``Softmax``)::
                                           kt = Transpose(k'', perm) or any value
     scores' = scores, scores * c or scores / c
     logits = scores' or Add(scores', mask)
-    y = MatMul(Softmax(logits, last axis), v)
+    probs = Softmax(logits, last axis), or Where(IsNaN(probs), 0, probs) (PyTorch's export of
+            scaled_dot_product_attention guards fully masked rows so: ``guard_nan=1``)
+    y = MatMul(probs, v)
 
 The fused node takes Q, K in ``[B, H, Sk, D]`` and V; when K only exists transposed
 (PyTorch's ``k.transpose(-1, -2)`` after ``permute(0, 2, 1, 3)`` is merged into one
@@ -21,6 +23,8 @@ the head sizes must fit some tactic's shared-memory tiles.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from plugrt.passes.pattern import (Rule, capture, const, either, fresh_name, is_scalar, make_node, op, origin_of,
                                    rewrite_matches, shape_facts)
@@ -42,7 +46,9 @@ def _scaled(x, tag: str):
 _k_transposed = either(op("Transpose", _scaled(capture("k_src"), "k_in"), name="k_t"), capture("k_t_value"))
 _scores = op("MatMul", _scaled(capture("q"), "q"), _scaled(_k_transposed, "k_out"), name="scores")
 _logits = either(op("Add", _scaled(_scores, "s"), capture("mask")), _scaled(_scores, "s"))
-ATTENTION = op("MatMul", op("Softmax", _logits, name="probs"), capture("v"))
+_softmax = op("Softmax", _logits, name="probs")
+_guarded = op("Where", op("IsNaN", _softmax), const("guard_fill"), capture("guarded"), name="guard")
+ATTENTION = op("MatMul", either(_guarded, _softmax), capture("v"))
 
 SCALE_TAGS = ("q", "k_in", "k_out", "s")
 
@@ -133,17 +139,29 @@ def _fits(graph, registry, match, k_src: str, perm) -> bool:
     return True
 
 
+def _guard_nan(match) -> int | None:
+    """1 for the NaN guard around the softmax, 0 without one; None for a ``Where`` that is
+    not that guard (another fill, or another tensor than the softmax's)."""
+    if "guard" not in match.values:
+        return 0
+    fill = match.const("guard_fill")
+    if match.values["guarded"] != match.node("probs").outputs[0] or fill is None or np.any(fill != 0):
+        return None
+    return 1
+
+
 def _fuse(graph, registry, match):
     layout = _k_layout(match)
-    if layout is None:
+    guard = _guard_nan(match)
+    if layout is None or guard is None:
         return None
     k_src, perm = layout
     if not _fits(graph, registry, match, k_src, perm):
         return None
     q, rest = match.values["q"], [match.values["v"]] + ([match.values["mask"]] if "mask" in match.values else [])
     k_name = fresh_name(graph, f"{k_src}/bhsd") if perm else k_src
-    fused = match.fused(registry, OP_TYPE, [q, k_name] + rest, {"scale": _scale(match)}, opset=OPSET,
-                        domain=DOMAIN)
+    fused = match.fused(registry, OP_TYPE, [q, k_name] + rest, {"scale": _scale(match), "guard_nan": guard},
+                        opset=OPSET, domain=DOMAIN)
     if fused is None:
         return None
     if perm:

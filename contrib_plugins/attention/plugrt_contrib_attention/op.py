@@ -2,8 +2,11 @@
 
 Inputs: Q ``[B, H, Sq, D]``, K ``[Bk, Hk, Sk, D]``, V ``[Bv, Hv, Sk, Dv]`` (``Bk``, ``Bv``
 each 1 or B; ``Hk``, ``Hv`` each 1 or H: NumPy broadcasting over Q's batch and heads),
-and an optional additive ``mask`` broadcastable to ``[B, H, Sq, Sk]``. Attribute
-``scale`` (float; absent: ``1 / sqrt(D)``). Output ``[B, H, Sq, Dv]`` of Q's dtype.
+and an optional additive ``mask`` broadcastable to ``[B, H, Sq, Sk]``. Attributes ``scale``
+(float; absent: ``1 / sqrt(D)``) and ``guard_nan`` (int, 0): 1 zeroes the probabilities
+the softmax makes NaN, as exports' ``Where(IsNaN(p), 0, p)`` does (a row whose scores are
+all ``-inf``, or hold a NaN or ``+inf``, is NaN throughout: its output is zeros).
+Output ``[B, H, Sq, Dv]`` of Q's dtype.
 float16 and float32 (the mask of the same dtype); the kernel computes in float32.
 """
 
@@ -49,9 +52,9 @@ class MultiHeadAttention(OpPlugin):
     op_type = OP_TYPE
     domain = DOMAIN
     since_opset = OPSET
-    version = "1.0"
+    version = "1.1"  # 1.1: guard_nan
     inputs = (3, 4)
-    attributes = (Attr("scale", "float", None),)
+    attributes = (Attr("scale", "float", None), Attr("guard_nan", "int", 0))
     dtypes = DTYPES
 
     def check(self, node, inputs):
@@ -103,6 +106,8 @@ class MultiHeadAttention(OpPlugin):
             peak = np.max(scores, axis=-1, keepdims=True)
             weights = np.exp(scores - peak)
             weights = weights / np.sum(weights, axis=-1, keepdims=True)
+        if node.attrs.get("guard_nan"):
+            weights = np.where(np.isnan(weights), 0.0, weights)
         out = np.matmul(weights, v)
         shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         return [np.broadcast_to(out, shape).astype(inputs[0].dtype)]
@@ -111,7 +116,7 @@ class MultiHeadAttention(OpPlugin):
         q, k, v = inputs[:3]
         mask = optional(inputs, 3)
         shapes = AttentionShapes.of(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
-        return attention_tactics(shapes, q.dtype, scale_of(node, q.shape[3]))
+        return attention_tactics(shapes, q.dtype, scale_of(node, q.shape[3]), guard_nan=bool(node.attrs.get("guard_nan")))
 
     def serialize(self, node):
         """Nothing beyond the attributes: the kernel is fully described by them and the shapes."""
@@ -132,4 +137,7 @@ class MultiHeadAttention(OpPlugin):
             Example(qkv(f32, 1, 2, 3, 6, 4, 4, k_lead=(1, 1)) + (TensorInfo(f32, (3, 6)),), {"scale": 0.25},
                     rtol=1e-4, atol=1e-5, name="shared K/V, [Sq, Sk] mask"),
             Example(qkv(f16, 1, 1, 4, 4, 8, 8), rtol=1e-2, atol=1e-3, name="float16"),
+            Example(qkv(f32, 1, 2, 4, 5, 4, 4) + (np.array([[0, 0, -np.inf, 0, 0], [-np.inf] * 5, [0] * 5,
+                                                            [-np.inf, 0, 0, 0, 0]], np.float32),),
+                    {"guard_nan": 1}, rtol=1e-4, atol=1e-5, name="NaN guard, a fully masked row"),
         ]

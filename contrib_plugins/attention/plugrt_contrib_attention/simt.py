@@ -134,8 +134,11 @@ class SharedLayout:
 
 
 @functools.lru_cache(maxsize=None)
-def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool):
-    """The SIMT kernel for one tile configuration, head sizes, dtype and shape class.
+def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool,
+                 guard_nan: bool = False):
+    """The SIMT kernel for one tile configuration, head sizes, dtype and shape class;
+    ``guard_nan``: a row whose softmax is NaN (its sum not positive: every score ``-inf``,
+    or a NaN or ``+inf`` one) stores zeros (the op's ``guard_nan``).
 
     Arguments and grid: :mod:`plugrt_contrib_attention.problem`; dynamic shared memory
     ``layout.nbytes``.
@@ -147,6 +150,7 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     at a time.
     """
     config.check()
+    GUARD = bool(guard_nan)
     BQ, BK, TY, TX = config.bq, config.bk, config.ty, config.tx
     RM, RN = config.rows, config.cols
     lay = config.layout(d, dv)
@@ -290,16 +294,17 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
             for t in range(UTX):
                 total += smem[URED_AT + t * ULDR + r]
             inv = one / total
+            zeroed = GUARD and not total > zero
             row = q0 + ty + TY * i
             if even_q or row < sq:
                 o_base = (bh * sq + row) * DV
                 for j in range(RD):
                     col = 4 * tx + (j % 4) + 4 * TX * (j // 4)
                     if col < DV:
-                        out[o_base + col] = out_type(acc[i * RD + j] * inv)
+                        out[o_base + col] = out_type(zero if zeroed else acc[i * RD + j] * inv)
 
     kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}_{dtype_name}{'_mask' if has_mask else ''}"
-                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}")
+                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}")
     if config.min_blocks:
         return jit(kernel, launch_bounds=(NT, config.min_blocks))
     return jit(kernel)
@@ -326,13 +331,15 @@ SIM_CONFIGS: tuple[FlashConfig, ...] = (
 )
 
 
-def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: float) -> Tactic | None:
+def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: float,
+                 guard_nan: bool = False) -> Tactic | None:
     """One tactic of the SIMT kernel, or ``None`` when the tile does not fit the problem."""
     config.check()
     lay = config.layout(shapes.d, shapes.dv)
     if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
-    kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k)
+    kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
+                          bool(guard_nan))
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
     return Tactic(config.name, launches, config.params())

@@ -27,14 +27,16 @@ def candidates(gpu: bool | None = None) -> tuple:
     return (plain, tf32_first, tf32_second, first, *rest, *tf32_rest)
 
 
-def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None) -> list[Tactic]:
-    """The tactics for a problem, in preference order; ``configs`` replaces :func:`candidates`."""
+def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
+                      guard_nan: bool = False) -> list[Tactic]:
+    """The tactics for a problem, in preference order; ``configs`` replaces :func:`candidates`;
+    ``guard_nan``: the op's attribute."""
     tactics = []
     for config in configs if configs is not None else candidates():
         if isinstance(config, tensor_cores.Tf32Config):
-            tactic = tensor_cores.tf32_tactic(config, shapes, dtype, scale)
+            tactic = tensor_cores.tf32_tactic(config, shapes, dtype, scale, guard_nan=guard_nan)
         else:
-            tactic = simt.flash_tactic(config, shapes, dtype, scale)
+            tactic = simt.flash_tactic(config, shapes, dtype, scale, guard_nan)
         if tactic is not None:
             tactics.append(tactic)
     return tactics

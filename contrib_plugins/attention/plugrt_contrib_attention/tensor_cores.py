@@ -182,13 +182,15 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
 
 @functools.lru_cache(maxsize=None)
 def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool,
-                emulated: bool):
-    """The tensor-core kernel for one configuration, head sizes, dtype and shape class.
+                emulated: bool, guard_nan: bool = False):
+    """The tensor-core kernel for one configuration, head sizes, dtype and shape class
+    (``guard_nan`` as :func:`plugrt_contrib_attention.simt.flash_kernel`'s).
 
     Arguments and grid: :mod:`plugrt_contrib_attention.problem`; dynamic shared memory
     ``Tf32Layout.nbytes``. ``even_q``/``even_k``: Sq (Sk) is a multiple of ``bq`` (``bk``).
     """
     config.check()
+    GUARD = bool(guard_nan)
     BQ, BK, MI, NT = config.bq, config.bk, config.mi, config.threads
     lay = Tf32Layout.of(config, d, dv)
     D, DV, D8 = d, dv, lay.d8
@@ -326,6 +328,7 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
                 for u in range(4):
                     total += smem[RED_AT + r * 4 + u]
                 inv = one / total
+                zeroed = GUARD and not total > zero
                 row = q0 + r
                 if even_q or row < sq:
                     o_base = (bh * sq + row) * DV
@@ -333,10 +336,11 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
                         for c in range(2):
                             col = 8 * j + 2 * t + c
                             if col < DV:
-                                out[o_base + col] = out_type(oacc[(i * NO + j) * 4 + 2 * half + c] * inv)
+                                value = zero if zeroed else oacc[(i * NO + j) * 4 + 2 * half + c] * inv
+                                out[o_base + col] = out_type(value)
 
     kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}_{dtype_name}{'_mask' if has_mask else ''}"
-                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}")
+                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}")
     if config.min_blocks and not emulated:
         return jit(kernel, launch_bounds=(NT, config.min_blocks))
     return jit(kernel)
@@ -360,7 +364,7 @@ SIM_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(1, 1, 8),)
 
 
 def tf32_tactic(config: Tf32Config, shapes: AttentionShapes, dtype, scale: float,
-                emulated: bool | None = None) -> Tactic | None:
+                emulated: bool | None = None, guard_nan: bool = False) -> Tactic | None:
     """One tensor-core tactic, or ``None`` when the tile does not fit the problem."""
     config.check()
     lay = Tf32Layout.of(config, shapes.d, shapes.dv)
@@ -369,6 +373,6 @@ def tf32_tactic(config: Tf32Config, shapes: AttentionShapes, dtype, scale: float
     emulated = simulated() if emulated is None else bool(emulated)
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
     kernel = tf32_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
-                         emulated)
+                         emulated, bool(guard_nan))
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
     return Tactic(config.name, launches, config.params(), math="tf32")

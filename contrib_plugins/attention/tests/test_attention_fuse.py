@@ -43,7 +43,7 @@ class Graph:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-def torch_style(scale="div", mask=None, softmax_axis=-1, q_scale=None, k_scale=None):
+def torch_style(scale="div", mask=None, softmax_axis=-1, q_scale=None, k_scale=None, guard=None):
     """Attention as torch.onnx exports it from [B, S, H, D] projections: Transpose(q,
     [0,2,1,3]); K's permute and transpose(-1, -2); the scale; the mask; Softmax; MatMul."""
     g = Graph()
@@ -65,6 +65,8 @@ def torch_style(scale="div", mask=None, softmax_axis=-1, q_scale=None, k_scale=N
     if mask is not None:
         scores = g.op("Add", scores, g.input("mask", mask))
     probs = g.op("Softmax", scores, axis=softmax_axis)
+    if guard is not None:  # PyTorch's SDPA export: Where(IsNaN(p), 0, p)
+        probs = g.op("Where", g.op("IsNaN", probs), g.const("fill", guard), probs)
     g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
     return g.model("y")
 
@@ -114,6 +116,34 @@ def test_mask_and_scale_on_q_and_k():
     assert node.attrs["scale"] == pytest.approx(0.125)
     assert len(node.inputs) == 4 and node.inputs[3] == "mask"
     assert not {"Mul", "Add", "Softmax", "MatMul"} & set(ops_of(after))
+
+
+def test_the_nan_guard_of_the_sdpa_export_is_fused_and_kept():
+    """Where(IsNaN(softmax), 0, softmax): fused with ``guard_nan``; a fully masked row
+    (every score -inf) gives zeros, as the guarded subgraph does, in the reference and on
+    the device."""
+    model = torch_style(None, mask=(B, 1, S, S), q_scale=0.5, k_scale=0.5, guard=0.0)
+    before, after = check_pass(merged_k(model), fuse.run, rtol=1e-5, atol=1e-6)
+    node = fused_node(after)
+    assert node.attrs["guard_nan"] == 1 and not {"Where", "IsNaN", "Softmax"} & set(ops_of(after))
+    from plugrt.engine import Builder, BuilderConfig
+    from plugrt.reference import ReferenceExecutor
+
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal((B, S, H, D)).astype(np.float32) for n in "qkv"}
+    mask = np.zeros((B, 1, S, S), np.float32)
+    mask[0, 0, 1, :] = -np.inf  # a fully masked query row
+    mask[1, 0, :, 2] = -np.inf  # a masked key
+    feeds["mask"] = mask
+    want = ReferenceExecutor(before, default_registry()).run(feeds)["y"]
+    assert np.all(want[0, 1] == 0) and np.isfinite(want).all()
+    got = Builder().build_engine(model, BuilderConfig(progress=False)).create_execution_context().execute(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_where_that_is_not_the_nan_guard_is_not_fused():
+    graph = merged_k(torch_style(None, guard=1.0))
+    assert OP_TYPE not in ops_of(check_pass(graph, fuse.run)[1])
 
 
 def test_whole_pipeline_fuses_the_torch_export_form():
