@@ -1,0 +1,108 @@
+"""CUDA tactic of CumSum, and the lines along one axis that it and TopK (:mod:`.topk`) walk.
+
+X of ``shape`` seen along ``axis`` is ``[outer, n, inner]`` (the dims before the axis
+merged, then the axis, then the dims after it merged): ``outer * inner`` independent
+lines of ``n`` elements, ``inner`` apart in memory. Line ``l`` starts at
+``(l // inner) * n * inner + l % inner``, so consecutive threads take consecutive inner
+indices and their loads and stores coalesce (when ``inner`` is large; an innermost axis
+leaves one line per thread and strided access).
+
+CumSum runs one thread per line in a grid-stride loop, each walking its line in order (from
+the end with ``reverse``) and storing the running sum after adding (before, with
+``exclusive``). Accumulators: float32 for float16 and float32, float64 for float64, int64
+or uint64 for integers (stored, the sum wraps as in the integer type).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from plugrt.kernels import cuda, flat, grid_1d, jit
+from plugrt.plugin import Launch, Tactic
+
+
+def axis_lines(shape, axis: int) -> tuple[int, int, int]:
+    """``(outer, n, inner)``: X of ``shape`` as lines of ``n`` elements along ``axis``."""
+    shape = [int(d) for d in shape]
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return outer, shape[axis], inner
+
+
+@jit(device=True)
+def line_start(line, n, inner):
+    """Offset of line ``line``'s first element in an array of ``[outer, n, inner]``."""
+    return (line // inner) * n * inner + line % inner
+
+
+def scan_accumulator(dtype) -> type:
+    """The NumPy type CumSum adds ``dtype`` in."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.float64 if dtype == np.float64 else np.float32
+    return np.uint64 if dtype.kind == "u" else np.int64
+
+
+@functools.lru_cache(maxsize=None)
+def narrow_to(dtype_name: str):
+    """``narrow(total)``: an accumulator value as stored in ``dtype_name``. Integers wrap by an
+    explicit cast (as the GPU's store would; the simulator's store refuses an out-of-range
+    value); floats convert in the store."""
+    dtype = np.dtype(dtype_name)
+    if dtype.kind == "f":
+        @jit(device=True)
+        def narrow(total):
+            return total
+    else:
+        T = dtype.type
+
+        @jit(device=True)
+        def narrow(total):
+            return T(total)
+
+    return narrow
+
+
+@functools.lru_cache(maxsize=None)
+def cumsum_kernel(dtype_name: str, exclusive: bool, reverse: bool):
+    """``kernel(x, y, n_lines, n, inner)``: the running sums of each line of X into Y."""
+    A = scan_accumulator(dtype_name)
+    narrow = narrow_to(dtype_name)
+    zero = A(0)
+
+    @jit
+    def kernel(x, y, n_lines, n, inner):
+        for line in range(cuda.grid(1), n_lines, cuda.gridsize(1)):
+            start = line_start(line, n, inner)
+            total = zero
+            for step in range(n):
+                if reverse:
+                    at = start + (n - 1 - step) * inner
+                else:
+                    at = start + step * inner
+                if exclusive:
+                    y[at] = narrow(total)
+                    total += A(x[at])
+                else:
+                    total += A(x[at])
+                    y[at] = narrow(total)
+
+    return kernel
+
+
+def cumsum_tactics(shape, axis: int, dtype, exclusive: bool, reverse: bool) -> list[Tactic]:
+    """CumSum of X (``shape``, ``dtype``) along the resolved ``axis``: one ``thread`` tactic."""
+    outer, n, inner = axis_lines(shape, axis)
+    n_lines = outer * inner
+    name = np.dtype(dtype).name
+
+    def launches(ins, outs, workspace):
+        if n_lines == 0 or n == 0:
+            return []
+        blocks, threads = grid_1d(n_lines)
+        args = (flat(ins[0]), flat(outs[0]), np.int64(n_lines), np.int64(n), np.int64(inner))
+        return [Launch(cumsum_kernel(name, exclusive, reverse), blocks, threads, args)]
+
+    return [Tactic("thread", launches, {})]
