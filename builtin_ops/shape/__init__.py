@@ -1,13 +1,15 @@
 """Data movement and generators: Reshape, Transpose, Concat, Slice, Gather, ..., Shape,
-Constant, Range, OneHot, Trilu.
+Constant, Range, OneHot, Trilu, and the scatters.
 
 - :mod:`.ops`: the ops that keep the elements' order (Reshape, Flatten, Squeeze, Unsqueeze,
   Identity, Dropout), and the helpers the other op modules share;
 - :mod:`.movement_ops`: Transpose, Concat, Split, Slice, Gather, GatherElements, Expand,
   Tile;
 - :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
+- :mod:`.scatter_ops`: ScatterElements (and the deprecated Scatter), ScatterND;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),
-  :mod:`.transpose` (the shared-memory tiled transpose) and :mod:`.generators`;
+  :mod:`.transpose` (the shared-memory tiled transpose), :mod:`.generators` and
+  :mod:`.scatter` (the scatters: per update with atomics, or in index order);
 - :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge;
 - :mod:`.channels_last`: the fusion pass running convolutions (and the pools and
   pointwise ops between them) channels-last, with the Transposes between layouts cancelled.
@@ -16,10 +18,10 @@ Constant, Range, OneHot, Trilu.
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import channels_last, generator_ops, movement_ops, ops, simplify_pairs
+from . import channels_last, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS
+OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS + scatter_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)
