@@ -77,10 +77,14 @@ def attention_scores(perm, extra_reader=False, rank=4):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def ops_after_passes(model):
+#: The contrib attention plugin's pass, which claims whole attention subgraphs first.
+ATTENTION_PASS = "contrib-attention:fuse_attention"
+
+
+def ops_after_passes(model, disabled=()):
     registry = default_registry()
     graph = import_model(model, registry=registry)
-    optimize(graph, registry, disabled=["fuse_epilogues", "fuse_pointwise"])
+    optimize(graph, registry, disabled=["fuse_epilogues", "fuse_pointwise", *disabled])
     return [(n.domain, n.op_type, dict(n.attrs)) for n in graph.nodes]
 
 
@@ -122,7 +126,7 @@ def hf_attention(scale_rank=0):
     """Attention as a transformers (SDPA) export writes it (Q, K and V the projections'
     outputs, here inputs): heads split by Reshape and
     Transpose, Q and K^T each scaled by sqrt(1/sqrt(D)), a mask, Softmax, a NaN guard
-    (which keeps the attention plugin from matching), P @ V, heads merged."""
+    (``Where(IsNaN(p), 0, p)``), P @ V, heads merged."""
     b, s, h, d = 2, 5, 3, 4
     scale = np.full((1,) * scale_rank, (1 / np.sqrt(d)) ** 0.5, np.float32)
     consts = {"shape4": np.array([b, s, h, d], np.int64), "shape3": np.array([b, s, h * d], np.int64),
@@ -153,7 +157,8 @@ def hf_attention(scale_rank=0):
 
 
 def test_an_exports_scaled_head_transposes_fold_into_one_product():
-    found = ops_after_passes(hf_attention())
+    """Without the attention plugin's pass, the products read the head splits in place."""
+    found = ops_after_passes(hf_attention(), disabled=[ATTENTION_PASS])
     scores = [(t, a) for _, t, a in found if t == "PermutedMatMul"]
     assert len(scores) == 2, [t for _, t, _ in found]  # Q K^T, and P V (V's head split)
     attrs = scores[0][1]
@@ -175,13 +180,24 @@ def test_a_scale_that_widens_the_operand_is_not_folded():
     assert kinds == ["Transpose", "Mul", "MatMul"], kinds
 
 
+def test_with_the_attention_plugin_the_guarded_export_is_one_attention_node():
+    found = ops_after_passes(hf_attention())
+    fused = [(t, a) for _, t, a in found if t == "MultiHeadAttention"]
+    assert len(fused) == 1 and fused[0][1]["guard_nan"] == 1, [t for _, t, _ in found]
+    assert not {"Softmax", "IsNaN", "Where"} & {t for _, t, _ in found}
+
+
+@pytest.mark.parametrize("attention", [False, True])
 @pytest.mark.parametrize("fp16", [False, True])
-def test_a_folded_export_matches_onnxruntime(rng, fp16):
+def test_a_folded_export_matches_onnxruntime(rng, fp16, attention):
     model = hf_attention()
     feeds = {name: rand(rng, (2, 5, 12)) for name in ("xq", "xk", "xv")}
     feeds["mask"] = np.where(rng.random((2, 1, 1, 5)) < 0.3, -1e4, 0).astype(np.float32)
-    engine = Builder().build_engine(model, BuilderConfig(optimization_level=0, progress=False, fp16=fp16))
-    assert any("PermutedMatMul" in layer["op"] for layer in engine.inspect()["layers"])
+    config = BuilderConfig(optimization_level=0, progress=False, fp16=fp16,
+                           disabled_passes=() if attention else (ATTENTION_PASS,))
+    engine = Builder().build_engine(model, config)
+    op = "MultiHeadAttention" if attention else "PermutedMatMul"
+    assert any(op in layer["op"] for layer in engine.inspect()["layers"])
     got = engine.create_execution_context().execute(feeds)["y"]
     expected = onnxruntime_run(model, feeds)
     tol = 1e-2 if fp16 else 1e-5
