@@ -1,18 +1,21 @@
-"""Activations and other unary pointwise ops: Relu, Sigmoid, Gelu, Exp, Abs, Clip, PRelu, ...
+"""Activations and other unary pointwise ops: Relu, Sigmoid, Gelu, Exp, Abs, Clip, PRelu,
+Shrink, Tan, Asinh, ...
 
 - :mod:`.ops`: the op plugins;
+- :mod:`.trig_ops`: the trigonometric and hyperbolic op plugins beyond Sin and Cos;
 - :mod:`.fuse_gelu`: the graph pass recognizing GELU written in primitive ops;
 - :mod:`.device_functions`: their scalar device functions, for the toolkit's pointwise
-  kernel.
+  kernel;
+- :mod:`.trigonometric`: the scalar device functions of the ops of :mod:`.trig_ops`.
 """
 
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import fuse_gelu, ops
+from . import fuse_gelu, ops, trig_ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS
+OPS = ops.OPS + trig_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)

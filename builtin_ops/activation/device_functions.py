@@ -3,8 +3,10 @@ broadcasting pointwise kernel (see :func:`plugrt.plugin.pointwise_tactic`).
 
 :func:`device_function` builds one per (op, dtype, attribute values) and caches it.
 float16 arrives widened to float32 and computes in float32, float64 in float64; the
-integer ops (Relu, Neg, Abs, Sign, Clip, PRelu) stay in their type. Every constant is
-a NumPy scalar of the compute type ``t``, so fp32 code never promotes to fp64.
+integer ops (Relu, Neg, Abs, Sign, Clip, PRelu) stay in their type, Shrink computes an
+integer in float64. Every constant is a NumPy scalar of the compute type ``t``, so fp32
+code never promotes to fp64. The trigonometric and hyperbolic ops' builders live in
+:mod:`.trigonometric`; the dispatch here includes them.
 
 The guards on domain edges (Log and Sqrt of negatives, Floor/Ceil/Round of non-finite
 or already integral values) give the GPU's answer explicitly, so the CUDA simulator,
@@ -20,6 +22,8 @@ import numpy as np
 
 from plugrt.kernels import jit
 from plugrt_builtin_ops.common.scalars import maximum, minimum, scalar_type
+
+from . import trigonometric
 
 
 def _integral_limit(t):
@@ -88,6 +92,23 @@ def _celu(t, alpha):
         return maximum(x, zero) + minimum(zero, alpha * math.expm1(x / alpha))
 
     return celu
+
+
+def _shrink(t, bias, lambd):
+    """Shrink; an integer x compares and shifts in float64 and truncates back, as the reference."""
+    w = t if np.dtype(t).kind == "f" else np.float64
+    zero, bias, lambd = t(0), w(bias), w(lambd)
+
+    @jit(device=True)
+    def shrink(x):
+        v = w(x)
+        if v < -lambd:
+            return t(v + bias)
+        if v > lambd:
+            return t(v - bias)
+        return zero
+
+    return shrink
 
 
 def _prelu(t):
@@ -383,6 +404,7 @@ _BUILDERS = {
     "HardSwish": _hard_swish, "Softplus": _softplus, "Softsign": _softsign, "Mish": _mish,
     "Gelu": _gelu, "Log": _log, "Sqrt": _sqrt, "Reciprocal": _reciprocal, "Abs": _abs,
     "Neg": _neg, "Sign": _sign, "Floor": _floor, "Ceil": _ceil, "Round": _round, "Clip": _clip,
+    "Shrink": _shrink, **trigonometric.BUILDERS,
 }
 
 

@@ -292,6 +292,34 @@ class Cos(UnaryOp):
         return np.cos(_wide(x))
 
 
+class Shrink(UnaryOp):
+    """Shrink: x + bias below -lambd, x - bias above lambd, else 0. As ONNX's reference,
+    a float x compares and shifts in its own type, an integer x in float64 (truncated back)."""
+
+    op_type = "Shrink"
+    since_opset = 9
+    dtypes = NUMERIC_DTYPES
+    attributes = (Attr("bias", "float", 0.0), Attr("lambd", "float", 0.5))
+
+    def compute(self, node, x):
+        bias, lambd = node.attrs["bias"], node.attrs["lambd"]
+        return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
+
+    def pointwise(self, node, inputs):
+        # A float x meets bias and lambd as weak Python scalars: round them to its dtype.
+        dtype = inputs[0].dtype
+        attr_type = dtype if dtype.kind == "f" else np.dtype(np.float64)
+        params = tuple(np.asarray(node.attrs[a], dtype=attr_type).item() for a in ("bias", "lambd"))
+        return device_functions.device_function(self.op_type, dtype, params)
+
+    def examples(self):
+        f32, f16 = np.float32, np.float16
+        return [Example((TensorInfo(f32, (2, 5)),)),
+                Example((TensorInfo(f16, (3, 4)),), {"bias": 0.25, "lambd": 0.75}, rtol=2e-3, atol=2e-3),
+                Example((TensorInfo(np.int32, (6,)),), {"bias": 1.0, "lambd": 1.5}, ranges={0: (-9, 10)}),
+                Example((TensorInfo(np.uint8, (6,)),), {"bias": 1.0, "lambd": 1.5}, ranges={0: (2, 200)})]
+
+
 class Clip(UnaryOp):
     """Clip: bounds are attributes before opset 11 and optional inputs from 11 on."""
 
@@ -361,5 +389,5 @@ class PRelu(OpPlugin):
 OPS = (
     Relu, LeakyRelu, PRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Elu, Selu, Celu,
     ThresholdedRelu, Gelu, Erf, Softplus, Softsign, Mish, Exp, Log, Sqrt, Reciprocal,
-    Neg, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Clip,
+    Neg, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Shrink, Clip,
 )

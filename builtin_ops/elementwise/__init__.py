@@ -1,7 +1,8 @@
 """Elementwise ops with NumPy-style broadcasting, and Cast/CastLike.
 
-- :mod:`.ops`: arithmetic (Add, Sub, Mul, Div, Pow, Mod, BitShift), variadic (Max, Min,
-  Sum, Mean) and Where, and the base the other op modules share;
+- :mod:`.ops`: arithmetic (Add, Sub, Mul, Div, Pow, Mod, BitShift), bitwise (BitwiseAnd,
+  BitwiseOr, BitwiseXor, BitwiseNot), variadic (Max, Min, Sum, Mean) and Where, and the
+  base the other op modules share;
 - :mod:`.predicate_ops`: the ops with bool outputs (comparisons, logic, IsNaN, IsInf);
 - :mod:`.cast_ops`: Cast and CastLike;
 - :mod:`.device_functions`: the scalar device functions of all of them, for the toolkit's

@@ -204,6 +204,38 @@ def _bit_shift(t, left: bool):
     return shift
 
 
+def _bitwise_and(t):
+    @jit(device=True)
+    def bitwise_and(a, b):
+        return t(a & b)
+
+    return bitwise_and
+
+
+def _bitwise_or(t):
+    @jit(device=True)
+    def bitwise_or(a, b):
+        return t(a | b)
+
+    return bitwise_or
+
+
+def _bitwise_xor(t):
+    @jit(device=True)
+    def bitwise_xor(a, b):
+        return t(a ^ b)
+
+    return bitwise_xor
+
+
+def _bitwise_not(t):
+    @jit(device=True)
+    def bitwise_not(x):
+        return t(~x)  # wraps back to t whatever width Numba inverts in
+
+    return bitwise_not
+
+
 # ---------------------------------------------------------------------- variadic
 
 
@@ -299,7 +331,11 @@ _FIXED = {
 }
 
 
-_ARITHMETIC = {"Add": _add, "Sub": _sub, "Mul": _mul}
+#: op type -> builder taking the scalar type (the result converted back to it).
+_IN_TYPE = {
+    "Add": _add, "Sub": _sub, "Mul": _mul,
+    "BitwiseAnd": _bitwise_and, "BitwiseOr": _bitwise_or, "BitwiseXor": _bitwise_xor, "BitwiseNot": _bitwise_not,
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -313,8 +349,8 @@ def device_function(op: str, dtypes: tuple, params: tuple = ()):
     t = scalar_type(dtypes[0])
     if op in _FIXED:
         return _FIXED[op]
-    if op in _ARITHMETIC:
-        return _ARITHMETIC[op](t)
+    if op in _IN_TYPE:
+        return _IN_TYPE[op](t)
     if op == "Div":
         return _true_div if dtypes[0].kind == "f" else _int_div(t)
     if op == "Mod":

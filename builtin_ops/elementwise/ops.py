@@ -1,8 +1,9 @@
 """Elementwise ops with NumPy-style broadcasting: arithmetic (Add, Div, Pow, Mod, BitShift,
-...), variadic (Max, Min, Sum, Mean) and Where; and the :class:`ElementwiseOp` base and
-input checks the family's other op modules share (comparisons, logic, IsNaN and IsInf are
-in :mod:`.predicate_ops`, Cast and CastLike in :mod:`.cast_ops`; the device functions of
-all of them in :mod:`.device_functions`).
+...), bitwise (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot), variadic (Max, Min, Sum,
+Mean) and Where; and the :class:`ElementwiseOp` base and input checks the family's other
+op modules share (comparisons, logic, IsNaN and IsInf are in :mod:`.predicate_ops`, Cast
+and CastLike in :mod:`.cast_ops`; the device functions of all of them in
+:mod:`.device_functions`).
 
 The binary ops are claimed from opset 7, where multidirectional broadcasting replaced the
 legacy ``broadcast``/``axis`` attributes; the variadic ops from opset 6.
@@ -285,6 +286,68 @@ class BitShift(ElementwiseOp):
         return (node.attrs["direction"],)
 
 
+def _bitwise_examples(arity: int) -> list:
+    """Integer cases of a bitwise op drawn across the sign bit; a broadcast pair for a binary."""
+    def case(dtype, *shapes, low=-100, high=100):
+        inputs = tuple(TensorInfo(dtype, shape) for shape in shapes[:arity])
+        return Example(inputs, ranges={k: (low, high) for k in range(arity)})
+
+    return [case(np.int32, (2, 3), (3,)), case(np.int8, (4,), (4,)), case(np.int64, (2, 1), (1, 3)),
+            case(np.uint8, (5,), (1,), low=0, high=256), case(np.uint64, (3,), (3,), low=0, high=1 << 40)]
+
+
+class BitwiseAnd(ElementwiseOp):
+    op_type = "BitwiseAnd"
+    commutative = True
+    since_opset = 18
+    dtypes = INT_DTYPES
+
+    def compute(self, node, a, b):
+        return np.bitwise_and(a, b)
+
+    def examples(self):
+        return _bitwise_examples(2)
+
+
+class BitwiseOr(ElementwiseOp):
+    op_type = "BitwiseOr"
+    commutative = True
+    since_opset = 18
+    dtypes = INT_DTYPES
+
+    def compute(self, node, a, b):
+        return np.bitwise_or(a, b)
+
+    def examples(self):
+        return _bitwise_examples(2)
+
+
+class BitwiseXor(ElementwiseOp):
+    op_type = "BitwiseXor"
+    commutative = True
+    since_opset = 18
+    dtypes = INT_DTYPES
+
+    def compute(self, node, a, b):
+        return np.bitwise_xor(a, b)
+
+    def examples(self):
+        return _bitwise_examples(2)
+
+
+class BitwiseNot(ElementwiseOp):
+    op_type = "BitwiseNot"
+    since_opset = 18
+    inputs = (1, 1)
+    dtypes = INT_DTYPES
+
+    def compute(self, node, x):
+        return np.bitwise_not(x)
+
+    def examples(self):
+        return _bitwise_examples(1)
+
+
 # ---------------------------------------------------------------------- variadic
 
 
@@ -359,4 +422,5 @@ class Where(ElementwiseOp):
         return np.where(condition, x, y)
 
 
-OPS = (Add, Sub, Mul, Div, Pow, Mod, BitShift, Max, Min, Sum, Mean, Where)
+OPS = (Add, Sub, Mul, Div, Pow, Mod, BitShift, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, Max, Min, Sum, Mean,
+       Where)
