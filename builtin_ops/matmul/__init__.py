@@ -1,6 +1,8 @@
-"""Matrix products: MatMul, Gemm and MatMulInteger.
+"""Matrix products: MatMul, Gemm, MatMulInteger and Einsum.
 
 - :mod:`.ops`: the op plugins (MatMul, Gemm, MatMulInteger, ``com.microsoft::FusedMatMul``);
+- :mod:`.einsum_ops`: the Einsum op plugin; its equation parsing, host tables and generic
+  kernel (one thread per output, a loop over the contracted letters) in :mod:`.einsum`;
 - :mod:`.fold_transposes`: the pass folding a last-two-dims Transpose into a product;
 - :mod:`.plan`: how a product is described on the host (the ``meta``/``offs`` every kernel
   reads), the element types and the store's value function;
@@ -16,10 +18,10 @@
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import fold_transposes, ops
+from . import einsum_ops, fold_transposes, ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS
+OPS = ops.OPS + einsum_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)
