@@ -269,7 +269,7 @@ def main() -> int:
             report["pool"] = guarded(lambda: __import__("pool_bench").pool_benchmark(args.out))
         elif part == "conv":
             report["conv"] = guarded(lambda: __import__("conv_bench").conv_benchmark())
-        elif part == "conv_wgmma":  # the wgmma implicit GEMM and the TF32 mma.sync one only, beside cuDNN
+        elif part == "conv_wgmma":  # the TF32 tensor-core tactics only (mma.sync), beside cuDNN
             report["conv_wgmma"] = guarded(lambda: __import__("conv_bench").conv_benchmark(
                 only=("wgmma", "tf32")))
         elif part == "conv_nhwc":  # the channels-last implicit GEMM, FP16 and TF32, beside cuDNN

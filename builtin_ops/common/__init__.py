@@ -3,7 +3,9 @@
 - :mod:`.scalars`: the scalar type a kernel computes a dtype in, and NaN-propagating
   ``maximum``/``minimum`` device functions (elementwise, activation, pooling, resize);
 - :mod:`.scale_folding`: :func:`~.scale_folding.vector_along`, which anchors (Conv,
-  MatMul, Gemm) use to fold a per-channel scale into their weights.
+  MatMul, Gemm) use to fold a per-channel scale into their weights;
+- :mod:`.layout`: a Transpose's normalized permutation, and the channels-first view of a
+  channels-last tensor (shape, matmul, conv, pooling).
 
 No entry point: this package holds no op.
 """

@@ -256,7 +256,7 @@ def conv_tile_store(bm: int, bn: int, threads: int, epilogue_fn):
     has_bias, tid)``: a block's ``bm x bn`` output tile (output channels x pixels, staged
     row-major in ``smem`` beforehand, between barriers) stored by consecutive threads on
     consecutive pixels: with the bias and the fused epilogue, or with K split as partial
-    sums for :func:`split_sum_kernel`. The tensor-core convs share it."""
+    sums for :func:`split_sum_kernel` (the TF32 tensor-core conv's store)."""
 
     @jit(device=True)
     def store(smem, y, b, partial, operands, g, m0, p0, z, mg, cout, npix, ohw, splits, has_bias, tid):
@@ -324,13 +324,11 @@ def gemm_tactic(geo: ConvGeometry, dtype, config: GemmConfig | None = None, spli
 
 
 def conv_gemm_launches(geo: ConvGeometry, dtype, tile, threads: int, kernel, splits: int | None,
-                       epilogue: Epilogue, pointwise: bool, shared_bytes: int = 0, weights=None):
+                       epilogue: Epilogue, pointwise: bool):
     """``(launches, workspace_bytes, splits)`` of a GEMM-form Conv kernel with
     :func:`gemm_kernel`'s arguments and block loops, for a tile with ``bm``, ``bn`` and
     ``bk`` (output channels, output pixels, K step): the K table, the geometry header, the
-    grid, and split K's partial sums with their :func:`split_sum_kernel` launch.
-    ``shared_bytes``: the kernel's dynamic shared memory; ``weights(w)`` (given) turns the
-    flat weight array into the one the kernel reads."""
+    grid, and split K's partial sums with their :func:`split_sum_kernel` launch."""
     assert not geo.transposed and geo.rank in (1, 2)
     assert not pointwise or is_pointwise(geo)
     geo2 = geometry_2d(geo)
@@ -361,10 +359,9 @@ def conv_gemm_launches(geo: ConvGeometry, dtype, tile, threads: int, kernel, spl
             partial = to_device(np.zeros(1, np.float32))
         y = flat(outs[0])
         operands = epilogue.arguments(ins)
-        w = flat(own[1]) if weights is None else weights(flat(own[1]))
         run = [Launch(kernel, grid, threads,
-                      (y, flat(own[0]), w, b, partial, to_device(table.reshape(-1)),
-                       to_device(np.concatenate([geo2, header])), operands), shared_bytes)]
+                      (y, flat(own[0]), flat(own[1]), b, partial, to_device(table.reshape(-1)),
+                       to_device(np.concatenate([geo2, header])), operands))]
         if splits > 1:
             n_out = geo.out_size
             blocks, block = grid_1d(n_out)

@@ -13,6 +13,7 @@ import numpy as np
 
 from plugrt.kernels import no_epilogue
 from plugrt.plugin import Example, TensorInfo, optional
+from plugrt_builtin_ops.common.layout import channels_first, channels_last
 from plugrt_builtin_ops.common.scale_folding import vector_along
 
 from .ops import Conv
@@ -23,20 +24,6 @@ DOMAIN = "plugrt.conv"
 CHANNEL_MULTIPLE = 8
 
 
-def to_first(info: TensorInfo | None) -> TensorInfo | None:
-    """A channels-last tensor's info with its channel axis at 1 (NCHW), value included."""
-    if info is None:
-        return None
-    shape = (info.shape[0], info.shape[-1], *info.shape[1:-1])
-    value = None if info.value is None else np.moveaxis(info.value, -1, 1)
-    return TensorInfo(info.dtype, shape, value)
-
-
-def to_last(info: TensorInfo) -> TensorInfo:
-    shape = (info.shape[0], *info.shape[2:], info.shape[1])
-    return TensorInfo(info.dtype, shape, None if info.value is None else np.moveaxis(info.value, 1, -1))
-
-
 class ConvNHWC(Conv):
     """Y = conv(X, W) + B with the channel axis last: X (N, D1..Dn, C), W (M, k1..kn, C/group), B (M)."""
 
@@ -44,10 +31,10 @@ class ConvNHWC(Conv):
     op_type = "ConvNHWC"
 
     def check(self, node, inputs):
-        super().check(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]))
+        super().check(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]))
 
     def infer(self, node, inputs):
-        return [to_last(super().infer(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]))[0])]
+        return [channels_last(super().infer(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]))[0])]
 
     def reference(self, node, inputs):
         x, w = (np.moveaxis(np.asarray(a), -1, 1) for a in inputs[:2])
@@ -67,8 +54,8 @@ class ConvNHWC(Conv):
 
     def tactics(self, node, inputs, outputs, epilogue=None):
         """:func:`.wgmma_nhwc.nhwc_tactics`; each applies ``epilogue`` at its final store."""
-        geo = self._kernel_geometry(node, [to_first(i) for i in inputs[:2]] + list(inputs[2:]),
-                                    [to_first(outputs[0])])
+        geo = self._kernel_geometry(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]),
+                                    [channels_first(outputs[0])])
         return nhwc_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)), len(node.inputs) > 2
                             and node.inputs[2] != "")
 

@@ -19,7 +19,6 @@ from .direct import direct2d_tactic, direct_tactic
 from .geometry import ConvGeometry
 from .implicit_gemm import gemm_tactics
 from .tf32 import conv_tf32_tactics
-from .wgmma_conv import wgmma_conv_tactics
 
 #: Output channels per group from which the implicit GEMM beats the direct 2-D kernel.
 GEMM_MIN_CHANNELS = 8
@@ -36,8 +35,8 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
     input channel per group) get the depthwise tactics, any 1-D/2-D node the direct 2-D
     kernel. With few output channels per group the GEMM's channel tile would be mostly
     empty, so the depthwise and direct 2-D kernels lead there. The N-d direct kernel
-    comes after those, then the TF32 ones (Hopper's ``wgmma`` implicit GEMM,
-    :mod:`.wgmma_conv`, then ``mma.sync``)."""
+    comes after those, then the TF32 ``mma.sync`` ones. (On Hopper the tensor-core path
+    is the channels-last ConvNHWC, :mod:`.wgmma_nhwc`.)"""
     found = []
     if geo.rank <= 2:
         gemm = gemm_tactics(geo, dtype, epilogue) if dtype != np.float64 else []
@@ -49,11 +48,8 @@ def conv_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:
             found += depthwise + direct2d + gemm
     found.append(direct_tactic(geo, dtype, epilogue))
     # TF32 tensor cores last, so only the tuner's highest level (which times every tactic,
-    # after verifying it) considers them: the wgmma implicit GEMM (15-20% of cuDNN TF32 on
-    # the H200, 1.3x the mma.sync one; not yet validated on every shape), then mma.sync.
-    # The SIMT GEMM is the wgmma one's fallback for weights off a 16-byte boundary.
-    fallback = next((t for t in found if t.name.startswith(("implicit_gemm", "gemm_1x1"))), None)
-    return found + wgmma_conv_tactics(geo, dtype, epilogue, fallback) + conv_tf32_tactics(geo, dtype, epilogue)
+    # after verifying it) considers them.
+    return found + conv_tf32_tactics(geo, dtype, epilogue)
 
 
 def conv_transpose_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue) -> list[Tactic]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.passes.pattern import Rule, capture, const, either, is_scalar, op, rewrite_matches
+from plugrt_builtin_ops.common.layout import transpose_perm
 
 #: The fused ops' domains and opsets.
 FUSED_MATMUL = ("com.microsoft", "FusedMatMul", 1)
@@ -34,8 +35,7 @@ def _side(name: str):
 
 def _perm(graph, node) -> list[int] | None:
     rank = graph.info(node.inputs[0]).rank
-    perm = node.attrs.get("perm")
-    perm = list(range(rank))[::-1] if perm is None else [int(p) % rank for p in perm]
+    perm = transpose_perm(node, rank)
     return None if perm == list(range(rank)) else perm
 
 

@@ -13,23 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.plugin import Example, TensorInfo
+from plugrt_builtin_ops.common.layout import channels_first, channels_last
 
 from . import nhwc_pool
 from .ops import AveragePool, GlobalAveragePool, GlobalMaxPool, MaxPool, PoolOp
 
 DOMAIN = "plugrt.pooling"
-
-
-def channels_first(info: TensorInfo) -> TensorInfo:
-    """The info of ``[N, spatial..., C]``'s channels-first view ``[N, C, spatial...]``."""
-    shape = info.shape
-    return TensorInfo(info.dtype, (shape[0], shape[-1], *shape[1:-1]))
-
-
-def channels_last(info: TensorInfo) -> TensorInfo:
-    """The info of ``[N, C, spatial...]``'s channels-last view ``[N, spatial..., C]``."""
-    shape = info.shape
-    return TensorInfo(info.dtype, (shape[0], *shape[2:], shape[1]))
 
 
 class ChannelsLast:

@@ -35,6 +35,7 @@ import numpy as np
 from plugrt.passes.pattern import (Graph, Node, add_constant, finish, fresh_name, insert_nodes, make_node, remove_nodes,
                                    replace_value)
 from plugrt.plugin import POINTWISE
+from plugrt_builtin_ops.common.layout import transpose_perm
 from plugrt_builtin_ops.conv import nhwc_ops as conv_nhwc
 from plugrt_builtin_ops.matmul.wgmma import hopper
 from plugrt_builtin_ops.pooling import nhwc_ops as pool_nhwc
@@ -129,9 +130,7 @@ def _perm(graph: Graph, node: Node) -> list[int] | None:
     """A Transpose's permutation (None for any other node)."""
     if node is None or node.domain or node.op_type != "Transpose":
         return None
-    rank = graph.info(node.inputs[0]).rank
-    perm = node.attrs.get("perm")
-    return list(range(rank))[::-1] if perm is None else [int(p) % rank for p in perm]
+    return transpose_perm(node, graph.info(node.inputs[0]).rank)
 
 
 def _sink_one(graph: Graph, registry) -> bool:

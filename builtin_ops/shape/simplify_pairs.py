@@ -21,6 +21,7 @@ import numpy as np
 from plugrt.passes.pattern import (Graph, Node, add_constant, finish, make_node, origin_of, remove_nodes,
                                    replace_node, replace_value)
 from plugrt.plugin import SHAPE
+from plugrt_builtin_ops.common.layout import transpose_perm
 
 #: Largest input (elements) the probe runs on; bigger pairs are left to the other rules.
 PROBE_LIMIT = 1 << 22
@@ -124,16 +125,11 @@ def _reshape_pair(graph, registry, first, second, shape) -> bool:
     return True
 
 
-def _perm(node: Node, rank: int) -> list[int]:
-    perm = node.attrs.get("perm")
-    return list(range(rank))[::-1] if perm is None else [int(p) % rank for p in perm]
-
-
 def _transpose_pair(graph, registry, first, second) -> bool:
     if first.domain or second.domain or first.op_type != "Transpose" or second.op_type != "Transpose":
         return False
     rank = graph.info(first.inputs[0]).rank
-    outer, inner = _perm(first, rank), _perm(second, rank)
+    outer, inner = transpose_perm(first, rank), transpose_perm(second, rank)
     composed = [outer[axis] for axis in inner]
     if composed == list(range(rank)) and _remove_pair(graph, first, second):
         return True
