@@ -113,6 +113,109 @@ def test_windowed_nhwc_ops_refuse_what_the_onnx_ops_refuse(registry, rng):
         _reference(registry, "MaxPoolNHWC", _x(rng, (4, 3)), dict(kernel_shape=[2]), domain=DOMAIN, opset=1)
 
 
+# ---------------------------------------------------------------------- the vector tactic
+
+#: (NHWC input shape, attributes) of 2-D pools with C a multiple of 8: edges clamped on
+#: each side, strides, dilation (with windows reaching into the padding), ceil_mode, auto_pad.
+VECTOR_WINDOWS = [
+    ((2, 5, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 5, 4, 16), dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])),
+    ((1, 6, 5, 8), dict(kernel_shape=[2, 3], strides=[2, 2], dilations=[2, 1], ceil_mode=1)),
+    ((1, 7, 6, 8), dict(kernel_shape=[3, 3], strides=[1, 2], dilations=[2, 3], pads=[2, 2, 1, 2])),
+    ((1, 5, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 3], pads=[2, 1, 1, 2], ceil_mode=1)),
+    ((1, 5, 6, 8), dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[1, 2], auto_pad="SAME_LOWER")),
+]
+
+
+def _vector_and_direct(registry, op_type, x, attrs):
+    """The reference of ``<op_type>NHWC`` on ``x``, and the outputs of its first tactic (which
+    must be the vector one) and of its first direct tactic."""
+    graph, want = _reference(registry, f"{op_type}NHWC", x, attrs, domain=DOMAIN, opset=1)
+    tactics = node_tactics(graph, registry)
+    assert tactics[0].name.startswith("nhwc_vec8_t"), [t.name for t in tactics]
+    assert tactics[0].params["format"] == "channels_last" and tactics[0].params["vector"] == 8
+    direct = next(t for t in tactics if t.name.startswith("nhwc_direct_t"))
+    (vector,) = run_tactic(graph, tactics[0], {"x": x})
+    (scalar,) = run_tactic(graph, direct, {"x": x})
+    return want, vector, scalar
+
+
+@pytest.mark.parametrize("shape, attrs", VECTOR_WINDOWS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_maxpool_nhwc_vector_tactic(registry, rng, shape, attrs, dtype):
+    x = _x(rng, shape, dtype)
+    want, vector, scalar = _vector_and_direct(registry, "MaxPool", x, attrs)
+    np.testing.assert_array_equal(vector, want)  # a max rounds nothing: exact
+    np.testing.assert_array_equal(vector, scalar)
+
+
+@pytest.mark.parametrize("shape, attrs", VECTOR_WINDOWS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_averagepool_nhwc_vector_tactic(registry, rng, shape, attrs, dtype, count_include_pad):
+    x = _x(rng, shape, dtype)
+    attrs = dict(attrs, count_include_pad=count_include_pad)
+    want, vector, scalar = _vector_and_direct(registry, "AveragePool", x, attrs)
+    np.testing.assert_allclose(vector.astype(np.float64), want.astype(np.float64), **TOL[dtype])
+    np.testing.assert_array_equal(vector, scalar)  # the same taps summed in the same order
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_maxpool_nhwc_vector_nan_and_infinities(registry, rng, dtype):
+    x = _x(rng, (1, 5, 6, 8), dtype)
+    bits = x.view(np.uint16 if dtype == np.float16 else np.uint32)
+    quiet = 0x7E00 if dtype == np.float16 else 0x7FC00000
+    x[0, 1, 2, 1] = np.nan
+    bits[0, 1, 2, 6] = quiet | 1
+    bits[0, 3, 3, 6] = quiet | 2  # a second NaN in windows of the first: the first wins
+    x[0, 3:, :, :4] = -np.inf  # the last output row's windows, channels 0-3
+    x[0, 0, 0, 7] = np.inf
+    want, vector, scalar = _vector_and_direct(registry, "MaxPool", x, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    assert np.isnan(want).any() and np.isneginf(want).any()
+    np.testing.assert_array_equal(vector, want)
+    np.testing.assert_array_equal(vector.view(bits.dtype), scalar.view(bits.dtype))  # NaN payloads too
+
+
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_vector_tactic_falls_back_on_misaligned_data(registry, rng, op_type, dtype):
+    """Input or output one element past a 16-byte boundary: the direct kernel runs instead."""
+    from numba import cuda
+
+    from plugrt.launcher import PreparedLaunch
+
+    x = _x(rng, (1, 5, 7, 8), dtype)
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    graph, want = _reference(registry, f"{op_type}NHWC", x, attrs, domain=DOMAIN, opset=1)
+    tactics = node_tactics(graph, registry)
+    vector, direct = tactics[0], next(t for t in tactics if t.name.startswith("nhwc_direct_t"))
+    direct_kernel = direct.launches([cuda.to_device(x)], [cuda.device_array(want.shape, dtype)], None)[0].kernel
+    for x_offset, y_offset in ((0, 0), (1, 0), (0, 1)):
+        x_room = cuda.device_array(x.size + 1, dtype)
+        x_room[x_offset:x_offset + x.size].copy_to_device(x.ravel())
+        y_room = cuda.device_array(want.size + 1, dtype)
+        y = y_room[y_offset:y_offset + want.size].reshape(want.shape)
+        launches = vector.launches([x_room[x_offset:x_offset + x.size].reshape(x.shape)], [y], None)
+        assert (launches[0].kernel is direct_kernel) == bool(x_offset or y_offset)
+        for launch in launches:
+            PreparedLaunch(launch)(0)
+        cuda.synchronize()
+        np.testing.assert_allclose(y.copy_to_host().astype(np.float64), want.astype(np.float64), **TOL[dtype])
+
+
+@pytest.mark.parametrize("shape, dtype, attrs", [
+    ((1, 5, 7, 12), np.float32, dict(kernel_shape=[3, 3])),      # C not a multiple of 8
+    ((1, 5, 7, 8), np.float64, dict(kernel_shape=[3, 3])),       # neither float16 nor float32
+    ((2, 7, 8), np.float32, dict(kernel_shape=[3])),             # 1-D
+    ((1, 3, 4, 3, 8), np.float16, dict(kernel_shape=[2, 2, 2])),  # 3-D
+])
+def test_vector_tactic_only_where_it_applies(registry, rng, shape, dtype, attrs):
+    for op_type in ("MaxPoolNHWC", "AveragePoolNHWC"):
+        graph, _ = _reference(registry, op_type, _x(rng, shape, dtype), attrs, domain=DOMAIN, opset=1)
+        names = [t.name for t in node_tactics(graph, registry)]
+        assert names and all(name.startswith("nhwc_direct_t") for name in names), names
+
+
 # ---------------------------------------------------------------------- global pools
 
 
@@ -229,6 +332,10 @@ def test_kernels_compile_for_the_gpu():
                   [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, c], dt != "float64")
             check(f"MaxPoolNHWC 2-D {dt}", nk.max_pool_nhwc_2d_kernel(np.dtype(dt).str),
                   [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, c], dt != "float64")
+        for dt in ("float16", "float32"):
+            for kind in ("max", "avg"):
+                check(f"vec8 {kind} NHWC {dt}", nk.pool_nhwc_vec8_kernel(kind),
+                      [arr(dt), arr(dt), I64, I64, G, I64], True)
         for dt in ("float16", "float32", "float64"):
             check(f"AveragePoolNHWC {dt}", nk.average_pool_nhwc_kernel(np.dtype(dt).str),
                   [arr(dt), arr(dt), I64, I64, I64, I64, I64, I64, G, I64], dt != "float64")
