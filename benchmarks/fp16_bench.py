@@ -68,7 +68,8 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
         summary = {"total_ms": sum(row["median_ms"] for row in layers),
                    "by_op_ms": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:12]),
                    "slowest": [{k: row[k] for k in ("name", "op", "tactic", "median_ms", "blocks")}
-                               for row in sorted(layers, key=lambda row: -row["median_ms"])[:12]]}
+                               for row in sorted(layers, key=lambda row: -row["median_ms"])[:12]],
+                   "layers": [{k: row.get(k) for k in ("name", "op", "tactic", "median_ms", "blocks")} for row in layers]}
     return ms, first[model["output"]], summary
 
 

@@ -147,6 +147,98 @@ def vector4():
     return load4, store4
 
 
+#: Elements :func:`vector8` moves at once: 16 bytes of float16, 32 of float32.
+VECTOR = 8
+
+
+@functools.lru_cache(maxsize=None)
+def vector8():
+    """``(load8, store8)``: eight consecutive elements of a 1-D float16 or float32 array
+    (global or shared) as float32 values, in 16-byte vector accesses.
+
+    ``load8(a, i)`` returns ``a[i .. i + 7]`` widened to float32 as a ``UniTuple(float32,
+    8)`` (one ``ld.v4.b32`` for float16, two ``ld.v4.f32`` for float32); ``store8(a, i,
+    values)`` stores such a tuple, rounded to ``a``'s dtype, the same way. ``i`` must be a
+    multiple of 8 and the array's data 16-byte aligned (:func:`aligned`). Under the
+    simulator they are plain indexing.
+    """
+    if simulated():
+        @jit(device=True)
+        def load8(a, i):
+            return (float32(a[i]), float32(a[i + 1]), float32(a[i + 2]), float32(a[i + 3]),
+                    float32(a[i + 4]), float32(a[i + 5]), float32(a[i + 6]), float32(a[i + 7]))
+
+        @jit(device=True)
+        def store8(a, i, v):
+            a[i], a[i + 1], a[i + 2], a[i + 3] = v[0], v[1], v[2], v[3]
+            a[i + 4], a[i + 5], a[i + 6], a[i + 7] = v[4], v[5], v[6], v[7]
+
+        return load8, store8
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+    result = types.UniTuple(types.float32, VECTOR)
+
+    def _supported(array, index):
+        return (isinstance(array, types.Array) and array.ndim == 1 and isinstance(index, types.Integer)
+                and array.dtype in (types.float16, types.float32))
+
+    def _chunks(context, builder, sig, args):
+        """The vector pointers covering the eight elements and their element type: one
+        <8 x half> for float16, two <4 x float> for float32."""
+        array = context.make_array(sig.args[0])(context, builder, args[0])
+        index = context.cast(builder, args[1], sig.args[1], types.int64)
+        address = builder.gep(array.data, [index])
+        if sig.args[0].dtype == types.float16:
+            return [builder.bitcast(address, ir.PointerType(ir.VectorType(ir.HalfType(), 8)))], 8
+        f4 = ir.PointerType(ir.VectorType(ir.FloatType(), 4))
+        second = builder.gep(array.data, [builder.add(index, ir.Constant(ir.IntType(64), 4))])
+        return [builder.bitcast(address, f4), builder.bitcast(second, f4)], 4
+
+    @intrinsic
+    def load8(typingctx, array, index):
+        if not _supported(array, index):
+            return None
+
+        def codegen(context, builder, sig, args):
+            pointers, width = _chunks(context, builder, sig, args)
+            items = []
+            for pointer in pointers:
+                value = builder.load(pointer, align=16)
+                for k in range(width):
+                    item = builder.extract_element(value, ir.Constant(i32, k))
+                    items.append(builder.fpext(item, ir.FloatType()) if width == 8 else item)
+            return context.make_tuple(builder, result, items)
+
+        return result(array, index), codegen
+
+    @intrinsic
+    def store8(typingctx, array, index, values):
+        if not (_supported(array, index) and isinstance(values, types.UniTuple) and values.count == VECTOR):
+            return None
+
+        def codegen(context, builder, sig, args):
+            pointers, width = _chunks(context, builder, sig, args)
+            element = ir.HalfType() if width == 8 else ir.FloatType()
+            items = [context.cast(builder, builder.extract_value(args[2], k), sig.args[2].dtype, types.float32)
+                     for k in range(VECTOR)]
+            for c, pointer in enumerate(pointers):
+                value = ir.Constant(ir.VectorType(element, width), ir.Undefined)
+                for k in range(width):
+                    item = items[c * width + k]
+                    item = builder.fptrunc(item, element) if width == 8 else item
+                    value = builder.insert_element(value, item, ir.Constant(i32, k))
+                builder.store(value, pointer, align=16)
+            return context.get_dummy_value()
+
+        return types.void(array, index, values), codegen
+
+    return load8, store8
+
+
 def element_address(context, builder, array_type, array, index_type, index):
     """Inside an ``@intrinsic``'s codegen: the generic address of ``array[index]`` as a
     64-bit integer, the operand inline PTX takes (``l`` constraint) for a memory address."""
@@ -291,6 +383,14 @@ class Epilogue:
       one argument;
     - stores ``out[index] = fn(value, index, operands)`` for every element, exactly once
       (a split-K tactic applies it in its final reduction, never to partial sums).
+
+    ``vector`` (when not None) is ``fn`` for :data:`VECTOR` consecutive elements at once:
+    ``vector(values, index, operands)`` takes and returns a ``UniTuple(float32, VECTOR)``,
+    ``index`` being the first element's, a multiple of :data:`VECTOR` (so the elements
+    share one row of the output's last axis, which the epilogue only offers where that
+    axis is a multiple of :data:`VECTOR`). It reads its same-shaped operands with 16-byte
+    vector loads: an anchor may call it only where :meth:`vector_ready` says so for the
+    launch's arrays, and stores the result with :func:`vector8`'s ``store8``.
     """
 
     fn: Callable
@@ -300,10 +400,21 @@ class Epilogue:
     table: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     #: A short description for tactic names and logs (``"Add+Relu"``).
     label: str = ""
+    #: ``fn`` for :data:`VECTOR` elements at once, or None (see the class doc).
+    vector: Callable | None = None
+    #: Operands (positions after ``first``) ``vector`` reads with vector loads.
+    vector_operands: tuple = ()
 
     def arguments(self, ins: Sequence[Any]) -> tuple:
         """The kernel argument: ``(table, operand0, operand1, ...)``, operands flattened."""
         return (to_device(self.table),) + tuple(flat(array) for array in ins[self.first:])
+
+    def vector_ready(self, ins: Sequence[Any], out) -> bool:
+        """Whether an anchor may call :attr:`vector` and store eight elements at once into
+        ``out``: there is one, ``out`` is float16/float32, and ``out`` and every operand
+        it loads by vectors start on 16-byte boundaries."""
+        return (self.vector is not None and np.dtype(out.dtype) in (np.float16, np.float32) and aligned(out)
+                and all(aligned(ins[self.first + k]) for k in self.vector_operands))
 
 
 @jit(device=True)
@@ -313,7 +424,7 @@ def _store_as_is(value, index, operands):
 
 def no_epilogue(first: int) -> Epilogue:
     """The epilogue that stores the value unchanged: an anchor's tactics without fusion."""
-    return Epilogue(_store_as_is, first, label="")
+    return Epilogue(_store_as_is, first, label="", vector=_store_as_is)
 
 
 __all__ = [
@@ -325,5 +436,5 @@ __all__ = [
     # anchors' epilogues
     "Epilogue", "no_epilogue",
     # hardware primitives
-    "vector4", "element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
+    "vector4", "vector8", "VECTOR", "element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
 ]

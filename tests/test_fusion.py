@@ -322,5 +322,30 @@ def test_generated_kernels_compile_for_the_gpu():
                               cc=(9, 0)).library.get_llvm_str()
             if "load <4 x float>" not in ir or "store <4 x float>" not in ir:
                 RESULTS.append(f"vector chain unroll={unroll}: no 16-byte vector load and store in the IR")
+
+        # The epilogue's vector form: a float16 residual (vector loads), a per-channel
+        # bias (strided), a scalar; stored by store8 into float16 and float32 outputs.
+        from plugrt.kernels import vector8
+        store8 = vector8()[1]
+        leaves = (TensorInfo(f16, (2, 3, 16)), TensorInfo(f32, (16,)), TensorInfo(f32, (1,)))
+        steps = (codegen.Step(fma, (("value",), ("leaf", 2), ("leaf", 0))), codegen.Step(fma, (("step", 0), ("leaf", 2), ("leaf", 1))))
+        made = codegen.epilogue(codegen.Program(leaves, steps, (1,)), (2, 3, 16), 2)
+        if made.vector is None or made.vector_operands != (0,):
+            RESULTS.append(f"vector epilogue not offered: {made.vector_operands}")
+        vfn = made.vector
+        for out in (f16, f32):
+            @cuda.jit
+            def vanchor(out, ops):
+                v = float32(1)
+                store8(out, np.int64(8), vfn((v, v, v, v, v, v, v, v), np.int64(8), ops))
+
+            args = [arr(out), types.Tuple((arr(np.int64), arr(f16), arr(f32), arr(f32)))]
+            check(f"vector epilogue out={out}", vanchor, args, True)
+            ir = compile_cuda(vanchor.py_func, types.void, tuple(args), cc=(9, 0)).library.get_llvm_str()
+            if "load <8 x half>" not in ir:
+                RESULTS.append(f"vector epilogue out={out}: the float16 residual is not read by a 16-byte vector")
+        leaves = (TensorInfo(f16, (2, 3, 12)), TensorInfo(f32, (12,)), TensorInfo(f32, (1,)))
+        if codegen.epilogue(codegen.Program(leaves, steps, (1,)), (2, 3, 12), 2).vector is not None:
+            RESULTS.append("vector epilogue offered on a last axis that is not a multiple of 8")
     """)
     assert not failures, failures

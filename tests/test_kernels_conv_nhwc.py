@@ -184,6 +184,18 @@ def test_nhwc_kernels_compile_for_the_gpu():
                 for even, split in ((True, False), (False, True)):
                     kernel = wgmma_kernel(config, True, True, even, split, epi, False, half, N.nhwc_gather)
                     check(f"{config.name} half={half} even={even} split={split}", kernel, args, True)
+            from plugrt.kernels import vector8
+            load8 = vector8()[0]
+
+            @cuda.jit(device=True)
+            def vepi(v, i, ops):  # the vector form, reading the residual by vectors
+                r = load8(ops[1], i)
+                return (max(v[0] + r[0], float32(0)), v[1] + r[1], v[2] + r[2], v[3] + r[3], v[4] + r[4],
+                        v[5] + r[5], v[6] + r[6], v[7] + r[7])
+
+            for even, split in ((True, False), (False, True)):
+                kernel = wgmma_kernel(N.GPU_CONFIGS[0], True, True, even, split, epi, False, half, N.nhwc_gather, vepi)
+                check(f"vector store half={half} even={even} split={split}", kernel, args, True)
         for dt in (f16, f32):
             check(f"direct_nhwc {dt}", N.direct_nhwc_kernel(float32, epi),
                   [dt, dt, dt, dt, types.int64, types.int64, i64, types.Tuple((i64, dt))], True)

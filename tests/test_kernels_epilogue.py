@@ -14,6 +14,7 @@ import pytest
 from numba import cuda, float32, int64
 
 from plugrt.launcher import PreparedLaunch
+from plugrt import kernels
 from plugrt.kernels import Epilogue, broadcast_strides, c_strides, jit
 from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
@@ -300,6 +301,78 @@ def test_gemm_integer(rng, alpha, beta):
     feeds = {"a": rng.integers(-8, 9, (3, 4)).astype(np.int64), "b": rng.integers(-8, 9, (4, 5)).astype(np.int64),
              "c": rng.integers(-8, 9, (5,)).astype(np.int64)}
     _check_integer(rng, "Gemm", feeds, {"alpha": alpha, "beta": beta})
+
+
+# ----------------------------------------------------------------------------- vector stores
+
+
+_load8, _store8 = kernels.vector8()
+
+
+@jit(device=True)
+def residual_relu_vector(v, i, ops):
+    """:func:`residual_relu` for eight elements, the residual read by :func:`vector8`."""
+    for k in range(8):
+        cuda.atomic.add(ops[2], i + k, 1)
+    r = _load8(ops[1], i)
+    return (max(v[0] + r[0], 0.0) * 2.0, max(v[1] + r[1], 0.0) * 2.0, max(v[2] + r[2], 0.0) * 2.0,
+            max(v[3] + r[3], 0.0) * 2.0, max(v[4] + r[4], 0.0) * 2.0, max(v[5] + r[5], 0.0) * 2.0,
+            max(v[6] + r[6], 0.0) * 2.0, max(v[7] + r[7], 0.0) * 2.0)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("op_type, shapes, attrs", [
+    ("MatMul", {"a": (5, 12), "b": (12, 16)}, {}),                     # guarded rows, N = 16
+    ("MatMul", {"a": (2, 4, 12), "b": (2, 12, 8)}, {}),                # batched
+    ("Gemm", {"a": (5, 12), "b": (16, 12), "c": (16,)}, {"alpha": 0.5, "beta": 2.0, "transB": 1}),  # C per column
+])
+def test_vector_store_applies_the_epilogue_once(rng, monkeypatch, dtype, op_type, shapes, attrs):
+    """Where N is a multiple of 8 and the arrays are aligned, the GEMM kernels store eight
+    columns at a time through the epilogue's vector form, K split or not: the same values,
+    every element stored once; a misaligned operand takes the scalar store. (The SIMT and
+    TF32 kernels share the store with the FP16 ones, which need a GPU; float16 runs through
+    the SIMT kernel, which reads any float operand.)"""
+    from plugrt_builtin_ops.matmul import plan as mplan, simt, tf32, wgmma
+
+    if dtype == F16 and op_type == "Gemm":
+        pytest.skip("float16 through the SIMT kernel directly: MatMul's plan only")
+    monkeypatch.setattr(simt, "SIMT_CONFIGS", (simt.SimtConfig(8, 8, 4, 4, 4),))
+    monkeypatch.setattr(tf32, "TF32_CONFIGS", (tf32.Tf32Config(1, 1, 1, 1, 8),))
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", ())
+    monkeypatch.setattr(simt, "MIN_KTILES_PER_SPLIT", 1)
+    feeds = {k: _rand(rng, v, dtype) for k, v in shapes.items()}
+    graph, node, op, ins, outs = _node(op_type, feeds, attrs)
+    out_shape = tuple(int(d) for d in outs[0].shape)
+    residual = rng.standard_normal(out_shape).astype(outs[0].dtype)
+    want = residual_relu_numpy(_reference(graph, feeds).astype(F64), residual.astype(F64))
+    epilogue = Epilogue(residual_relu, len(node.inputs), label="Add+Relu+Mul", vector=residual_relu_vector,
+                        vector_operands=(0,))
+
+    def tactics_of(splits):
+        if dtype == F16:
+            meta, offs = mplan.product_plan(shapes["a"], shapes["b"])
+            return [simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, epilogue=epilogue, splits=splits)]
+        monkeypatch.setattr(simt, "choose_splits", lambda meta, bm, bn, bk: splits)
+        monkeypatch.setattr(tf32, "choose_splits", lambda meta, bm, bn, bk: splits)
+        return [t for t in op.tactics(node, ins, outs, epilogue=epilogue) if t.name.startswith(("simt", "tf32"))]
+
+    tactics = tactics_of(1) + tactics_of(2)
+    names = _check(graph, tactics, feeds, [residual], want, f"{op_type} vector store")
+    assert any("splitk" in n for n in names) and any("splitk" not in n for n in names), names
+    # The vector kernels are the ones launched; a misaligned residual takes the scalar store.
+    env = dict(graph.initializers(), **feeds)
+    dev = [cuda.to_device(np.ascontiguousarray(env[n])) for n in node.inputs]
+    counts = cuda.to_device(np.zeros(out_shape, np.int64))
+    out = cuda.device_array(out_shape, dtype=outs[0].dtype)
+    padded = cuda.to_device(np.concatenate([[0], residual.reshape(-1)]).astype(residual.dtype))
+    for operand, vector in ((cuda.to_device(residual), True), (padded[1:], False)):
+        assert epilogue.vector_ready(dev + [operand, counts], out) == vector
+        for tactic in tactics:
+            workspace = cuda.device_array(max(tactic.workspace_bytes, 1), np.uint8)
+            for launch in tactic.launches(dev + [operand, counts], [out], workspace):
+                inner = [getattr(c.cell_contents, "py_func", None) for c in launch.kernel.py_func.__closure__ or ()]
+                names = " ".join(getattr(f, "__qualname__", "") for f in inner)
+                assert ("_vector_" in names or "vector8" in names) == vector, (tactic.name, names)
 
 
 # ----------------------------------------------------------------------------- MatMulInteger

@@ -24,7 +24,7 @@ from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
 from plugrt.registry import default_registry
 from plugrt.testing import run_tactic, single_node_model
-from plugrt_builtin_ops.matmul import mma_sync, simt, tf32, wgmma
+from plugrt_builtin_ops.matmul import mma_sync, simt, store, tf32, wgmma
 from plugrt_builtin_ops.matmul import plan as matmul_plan, tactics as matmul_tactics
 from plugrt_builtin_ops.matmul.simt import SimtConfig
 from plugrt_builtin_ops.matmul.tf32 import Tf32Config
@@ -166,7 +166,7 @@ def test_split_k_offered_for_skinny_products(rng, monkeypatch):
     names = check_new_tactics("MatMul", {"a": rand(rng, (8, 48)), "b": rand(rng, (48, 8))})
     assert names[0].startswith("tf32_16x8x8_w1x1_splitk")
     assert [n for n in names if n.startswith("simt")][0].startswith("simt8x8x4_4x4_splitk")
-    assert simt.split_chunk(48, 4, 5) == (4, 12)  # K tiles spread evenly, none empty
+    assert store.split_chunk(48, 4, 5) == (4, 12)  # K tiles spread evenly, none empty
 
 
 # ----------------------------------------------------------------------------- the cp.async pipeline
@@ -411,7 +411,7 @@ def test_gemm_kernels_compile_for_the_gpu():
 
     failures = compile_kernels("""
         from numba import cuda, float32
-        from plugrt_builtin_ops.matmul import simt as gs, tf32 as gt
+        from plugrt_builtin_ops.matmul import simt as gs, store as st, tf32 as gt
 
         @cuda.jit(device=True)
         def epi(v, i, ops):
@@ -432,7 +432,23 @@ def test_gemm_kernels_compile_for_the_gpu():
                     check(f"tf32 pipelined split={split} emulated={emulated}",
                           gt.tf32_kernel(gt.Tf32Config(2, 4, 4, 4, 32, 3), a_kc, not a_kc, True, split, epi, emulated),
                           args, True)
-        check("split_reduce", gs.split_reduce_kernel(epi), [f32, f32, f32, i64, S, S, I64,
+        check("split_reduce", st.split_reduce_kernel(epi), [f32, f32, f32, i64, S, S, I64,
                                                            types.Tuple((i64, f32, i64))], True)
+
+        @cuda.jit(device=True)
+        def vepi(v, i, ops):  # the vector form: eight values of one row
+            return (v[0] + ops[1][i], v[1], v[2], v[3], v[4], v[5], v[6], max(v[7], float32(0)))
+
+        h16 = arr(np.float16)
+        for out in (f32, h16):
+            vargs = [out] + [f32] * 4 + [i64, i64, S, S, I64, I64, types.Tuple((i64, f32, i64))]
+            for split in (False, True):
+                check(f"simt vector out={out} split={split}",
+                      gs.simt_kernel(gs.SIMT_CONFIGS[0], True, False, False, split, epi, vepi), vargs, True)
+                check(f"tf32 vector out={out} split={split}",
+                      gt.tf32_kernel(gt.Tf32Config(2, 4, 4, 4, 16), True, True, True, split, epi, False, vepi),
+                      vargs, True)
+            check(f"split_reduce vector out={out}", st.split_reduce_kernel(vepi, True),
+                  [out, f32, f32, i64, S, S, I64, types.Tuple((i64, f32, i64))], True)
     """)
     assert not failures, "\n".join(failures)

@@ -29,7 +29,8 @@ from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.matmul.plan import (
     K_, M_, META_LEN, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, A_KC,
 )
-from plugrt_builtin_ops.matmul.simt import choose_splits, gemm_launches, is_even, staging_bytes
+from plugrt_builtin_ops.matmul.simt import choose_splits, is_even
+from plugrt_builtin_ops.matmul.store import gemm_launches, staging_bytes
 from plugrt_builtin_ops.matmul.wgmma import BK, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
 from plugrt_builtin_ops.matmul.wgmma_f16 import wgmma_half_tactics
 from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops
@@ -197,15 +198,16 @@ def _gather_tactic(config: WgmmaConfig, meta: np.ndarray, half: bool, splits: in
     bk = 2 * BK if half else BK
     even = is_even(meta, config.bm, config.bn, bk)
 
-    def kernel_for(split):
-        return wgmma_kernel(config, True, True, even, split, epilogue.fn, None, half, nhwc_gather)
+    def kernel_for(split, vector):
+        return wgmma_kernel(config, True, True, even, split, epilogue.fn, None, half, nhwc_gather,
+                            epilogue.vector if vector else None)
 
     def views(a, b):
         return (a.view(np.float32), b.view(np.float32)) if half else (a, b)
 
     direct, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, np.zeros(OFFS_W, np.int64), config.bm, config.bn, bk, config.threads,
-        staging_bytes(config.bm, config.bn, config.ring_floats()), splits, epilogue, 1.0, 1.0,
+        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, 1.0, 1.0,
         2 if has_bias else None, views)
 
     def launches(ins, outs, workspace):

@@ -16,8 +16,8 @@ tiles and a long K) makes ``gridDim.z`` cover ``batch x splits``; every split wr
 partial sums to the workspace and :func:`split_reduce_kernel` adds them up and applies
 alpha, Gemm's C and the fused epilogue exactly once.
 
-The staging helpers (:func:`tile_loader`, :func:`tile_store`) and the K-split launches
-(:func:`gemm_launches`) serve the tensor-core tactics (:mod:`.tf32`, :mod:`.wgmma`) too.
+The operand staging (:func:`tile_loader`) serves the tensor-core tactics (:mod:`.tf32`) too;
+the store side (tile store, fused epilogue, split-K reduction, launches) is :mod:`.store`.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, int64
 
-from plugrt.kernels import Epilogue, cuda, flat, grid_1d, jit, to_device, vector4
-from plugrt.plugin import Launch, Tactic
+from plugrt.kernels import Epilogue, cuda, jit, vector4
+from plugrt.plugin import Tactic
 
-from .plan import K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, store_value_fn
+from .plan import K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN
+from .store import gemm_launches, staging_bytes, tile_store
 
 #: Streaming multiprocessors of the target GPU (H200): split-K aims for two blocks per SM.
 SMS = 132
@@ -140,73 +141,12 @@ def launch_bounds(threads: int, occupancy: int = 2) -> tuple[int, int]:
     return threads, max(1, occupancy * 256 // threads)
 
 
-def staging_bytes(bm: int, bn: int, mainloop_floats: int) -> int:
-    """Dynamic shared memory of a GEMM kernel: its main-loop buffers, reused for the
-    ``bm x bn`` output tile at the store."""
-    return 4 * max(mainloop_floats, bm * bn)
-
-
-#: Output elements a thread computes (epilogue loads included) before storing any: loads
-#: after a store that may alias them wait for it; batched, their latencies overlap.
-STORE_BATCH = 8
-
-
-@functools.lru_cache(maxsize=None)
-def tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, epilogue_fn):
-    """``store(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)``:
-    the block stores its ``bm x bn`` output tile, staged row-major in ``smem`` by every
-    thread beforehand (between barriers), consecutive threads on consecutive columns.
-
-    Without ``split``: ``out[o] = epilogue(alpha * acc + beta * C)`` once per element; with
-    it the raw sum goes to ``partial[(z * nb + bi) * M * N + o']`` for
-    :func:`split_reduce_kernel`. Staging keeps the accumulators' indices constant in the
-    kernels (so they stay in registers) however large the epilogue is. A thread takes its
-    elements :data:`STORE_BATCH` at a time: all their values, then all their stores.
-    """
-    store = store_value_fn(np.dtype(np.float32))
-    per_thread = -(-bm * bn // threads)
-    U = max(1, min(STORE_BATCH, per_thread))
-    STEP = threads * U
-
-    @jit(device=True)
-    def store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid):
-        nb, m, n = meta[NB], meta[M_], meta[N_]
-        scm, scn, use_c = meta[SCM], meta[SCN], meta[USE_C]
-        mn = m * n
-        where = cuda.local.array(U, int64)
-        values = cuda.local.array(U, float32)
-        for e0 in range(tid, bm * bn, STEP):
-            for u in range(U):
-                e = e0 + u * threads
-                r = e // bn
-                gm = m0 + r
-                gn = n0 + (e - r * bn)
-                where[u] = -1
-                if e < bm * bn and (even or (gm < m and gn < n)):
-                    if split:
-                        where[u] = (z * nb + bi) * mn + gm * n + gn
-                        values[u] = smem[e]
-                    else:
-                        o = int64(bi * mn + gm * n + gn)
-                        where[u] = o
-                        values[u] = epilogue_fn(store(smem[e], c, gm * scm + gn * scn, use_c, 0, alpha, beta), o,
-                                                operands)
-            for u in range(U):
-                if where[u] >= 0:
-                    if split:
-                        partial[where[u]] = values[u]
-                    else:
-                        out[where[u]] = values[u]
-
-    return store_tile
-
-
 # --------------------------------------------------------------------------- kernels
 
 
 @functools.lru_cache(maxsize=None)
 def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                epilogue_fn):
+                epilogue_fn, vector_fn=None):
     """The SIMT SGEMM kernel for one configuration, operand layout, shape class and epilogue.
 
     Arguments: ``(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands)``
@@ -227,7 +167,7 @@ def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, 
     A_LOADS, B_LOADS = loads_per_thread(BM, BK, NT), loads_per_thread(BN, BK, NT)
     fetch_a, stash_a = tile_loader(BM, BK, LDA, NT, bool(a_k_contiguous), bool(even))
     fetch_b, stash_b = tile_loader(BN, BK, LDB, NT, bool(b_k_contiguous), bool(even))
-    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, vector_fn)
     # Unsigned shared-memory indices: no negative-index wraparound code in the hot loop.
     U = np.uint64
     UBK, ULDA, ULDB, UA_STRIDE, UB_STRIDE = U(BK), U(LDA), U(LDB), U(TY * VM), U(TX * VN)
@@ -314,33 +254,6 @@ def simt_kernel(config: SimtConfig, a_k_contiguous: bool, b_k_contiguous: bool, 
     return jit(kernel, launch_bounds=launch_bounds(NT, config.occupancy))
 
 
-@functools.lru_cache(maxsize=None)
-def split_reduce_kernel(epilogue_fn):
-    """``out[o] = epilogue(alpha * sum_z partial[z * total + o] + beta * C)``: the split-K
-    final reduction, the one store of a split product (float32).
-
-    Arguments: ``(out, c, partial, meta, alpha, beta, splits, operands)``.
-    """
-    store = store_value_fn(np.dtype(np.float32))
-
-    @jit
-    def split_reduce(out, c, partial, meta, alpha, beta, splits, operands):
-        m, n = meta[M_], meta[N_]
-        mn = m * n
-        total_size = meta[NB] * mn
-        for o in range(cuda.grid(1), total_size, cuda.gridsize(1)):
-            total = float32(0)
-            for z in range(splits):
-                total += partial[z * total_size + o]
-            rest = o % mn
-            gm = rest // n
-            gn = rest - gm * n
-            value = store(total, c, gm * meta[SCM] + gn * meta[SCN], meta[USE_C], 0, alpha, beta)
-            out[o] = epilogue_fn(value, int64(o), operands)
-
-    return split_reduce
-
-
 # --------------------------------------------------------------------------- tactics
 
 
@@ -370,49 +283,6 @@ def choose_splits(meta: np.ndarray, bm: int, bn: int, bk: int) -> int:
     return max(1, min(-(-2 * SMS // tiles), ktiles // MIN_KTILES_PER_SPLIT, MAX_GRID_YZ // max(nb, 1)))
 
 
-def split_chunk(k: int, bk: int, splits: int) -> tuple[int, int]:
-    """``(splits, kchunk)``: K per split rounded up to whole tiles, no empty split."""
-    ktiles = max(1, -(-k // bk))
-    splits = max(1, min(splits, ktiles))
-    kchunk = -(-ktiles // splits) * bk
-    return max(1, -(-k // kchunk)), kchunk
-
-
-def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: int, bk: int, threads: int,
-                  shared_bytes: int, splits: int, epilogue: Epilogue, alpha: float, beta: float,
-                  c_index: int | None, views=None):
-    """``(launches, workspace_bytes, splits)`` of a K-split-capable GEMM kernel taking the
-    SIMT kernel's arguments; ``kernel_for(split: bool)`` gives the kernel; ``views(a,
-    b)`` (given) turns the flat operand arrays into those the kernel reads."""
-    nb, m, n, k = (int(meta[s]) for s in (NB, M_, N_, K_))
-    splits, kchunk = split_chunk(k, bk, splits)
-    total = nb * m * n
-    workspace_bytes = 4 * splits * total if splits > 1 else 0
-    grid = (-(-n // bn), -(-m // bm), nb * splits)
-
-    def launches(ins, outs, workspace):
-        if total == 0:
-            return []
-        own = ins[:epilogue.first]
-        out, a, b = flat(outs[0]), flat(own[0]), flat(own[1])
-        c = flat(own[c_index]) if c_index is not None and meta[USE_C] else out
-        if views is not None:
-            a, b = views(a, b)
-        partial = workspace[:workspace_bytes].view(np.float32) if splits > 1 else to_device(np.zeros(1, np.float32))
-        meta_d, operands = to_device(meta), epilogue.arguments(ins)
-        run = [Launch(kernel_for(splits > 1), grid, threads,
-                      (out, a, b, c, partial, meta_d, to_device(offs), np.float32(alpha), np.float32(beta),
-                       np.int64(splits), np.int64(kchunk), operands), shared_bytes)]
-        if splits > 1:
-            blocks, block = grid_1d(total)
-            run.append(Launch(split_reduce_kernel(epilogue.fn), blocks, block,
-                              (out, c, partial, meta_d, np.float32(alpha), np.float32(beta), np.int64(splits),
-                               operands)))
-        return run
-
-    return launches, workspace_bytes, splits
-
-
 def simt_tactic(config: SimtConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue, alpha: float = 1.0,
                 beta: float = 0.0, c_index: int | None = None, splits: int = 1) -> Tactic:
     """One SIMT SGEMM tactic for a planned float32 product (see the module doc)."""
@@ -420,8 +290,8 @@ def simt_tactic(config: SimtConfig, meta: np.ndarray, offs: np.ndarray, *, epilo
     even = is_even(meta, config.bm, config.bn, config.bk)
     a_kc, b_kc = int(meta[SAK]) == 1, int(meta[SBK]) == 1
 
-    def kernel_for(split):
-        return simt_kernel(config, a_kc, b_kc, even, split, epilogue.fn)
+    def kernel_for(split, vector):
+        return simt_kernel(config, a_kc, b_kc, even, split, epilogue.fn, epilogue.vector if vector else None)
 
     mainloop = 2 * config.bk * (config.bm + 4 + config.bn + 4)
     launches, workspace_bytes, splits = gemm_launches(

@@ -29,10 +29,8 @@ from plugrt.plugin import Tactic
 
 from .mma_sync import accumulator_stager, async_copy, async_tile_copy, tf32_rounder, warp_mma_for
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
-from .simt import (
-    choose_splits, fits, gemm_launches, is_even, is_float32, loads_per_thread, staging_bytes,
-    tile_loader, tile_store,
-)
+from .simt import choose_splits, fits, is_even, is_float32, loads_per_thread, tile_loader
+from .store import gemm_launches, staging_bytes, tile_store
 
 #: Shared-memory row padding (words): fragment reads of 8 rows x 4 k hit 32 banks.
 PAD = 8
@@ -208,14 +206,14 @@ def mainloop_for(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool,
 
 @functools.lru_cache(maxsize=None)
 def tf32_kernel(config: Tf32Config, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                epilogue_fn, emulated: bool | None = None):
+                epilogue_fn, emulated: bool | None = None, vector_fn=None):
     """The TF32 GEMM kernel; arguments, grid and split-K as
     :func:`.simt.simt_kernel`, ``config.threads`` threads."""
     config.check()
     BM, BN, MI, NI, WN, NT = config.bm, config.bn, config.mi, config.ni, config.wn, config.threads
     ACC = MI * NI * 4
     mainloop, _ = mainloop_for(config, a_k_contiguous, b_k_contiguous, even, emulated)
-    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, vector_fn)
     stage = accumulator_stager(MI, NI, BN)
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
@@ -278,8 +276,8 @@ def tf32_tactic(config: Tf32Config, meta: np.ndarray, offs: np.ndarray, *, epilo
     if config.stages and not pipelined_fits(config, meta, offs):
         raise ValueError(f"TF32 GEMM: {config.name} needs whole, 16-byte aligned tiles")
 
-    def kernel_for(split):
-        return tf32_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)
+    def kernel_for(split, vector):
+        return tf32_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated, epilogue.vector if vector else None)
 
     _, mainloop_floats = mainloop_for(config, a_kc, b_kc, even, emulated)
     launches, workspace_bytes, splits = gemm_launches(

@@ -46,9 +46,8 @@ from plugrt.plugin import Tactic
 
 from . import simt
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
-from .simt import (
-    choose_splits, fits, gemm_launches, is_even, is_float32, staging_bytes, tile_store,
-)
+from .simt import choose_splits, fits, is_even, is_float32
+from .store import gemm_launches, staging_bytes, tile_store
 from .wgmma_intrinsics import BK, block_copier, copy_ops, ops_for
 
 #: Shared memory the ring is aligned to (the 128-byte swizzle's 1024-byte atom), in floats.
@@ -76,6 +75,13 @@ class WgmmaConfig:
     @property
     def threads(self) -> int:
         return 128 * self.wgs
+
+    @property
+    def ld(self) -> int:
+        """Row stride (floats) of the output tile staged for the store: 4 past ``bn``, so
+        a warp's accumulator pairs (8 rows x 4 column pairs) and the store's 16-byte reads
+        spread over the banks instead of falling 8 rows on the same ones."""
+        return self.bn + 4
 
     @property
     def accumulators(self) -> int:
@@ -221,7 +227,7 @@ def strided_rows(rows: int, k_contiguous: bool, threads: int, even: bool, emulat
 
 @functools.lru_cache(maxsize=None)
 def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                 epilogue_fn, emulated: bool | None = None, half: bool = False, gather=None):
+                 epilogue_fn, emulated: bool | None = None, half: bool = False, gather=None, vector_fn=None):
     """The wgmma GEMM kernel; arguments, grid and split-K as
     :func:`.simt.simt_kernel`, ``config.threads`` threads.
 
@@ -248,7 +254,8 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     else:
         setup_a, copy_a, SLOTS = gather(BM, NT, emulated)
     copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
-    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn)
+    LD = config.ld
+    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, vector_fn, LD)
     AHEAD = S - 2  # tiles copied ahead: one buffer is multiplied, one still read by MMAs in flight
     PENDING = AHEAD - 1
 
@@ -313,10 +320,10 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         row = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2)
         col = 2 * (lane & 3)
         for j in range(BN // 8):  # unrolled: constant accumulator indices
-            smem[row * BN + col + 8 * j] = acc[4 * j]
-            smem[row * BN + col + 8 * j + 1] = acc[4 * j + 1]
-            smem[(row + 8) * BN + col + 8 * j] = acc[4 * j + 2]
-            smem[(row + 8) * BN + col + 8 * j + 1] = acc[4 * j + 3]
+            smem[row * LD + col + 8 * j] = acc[4 * j]
+            smem[row * LD + col + 8 * j + 1] = acc[4 * j + 1]
+            smem[(row + 8) * LD + col + 8 * j] = acc[4 * j + 2]
+            smem[(row + 8) * LD + col + 8 * j + 1] = acc[4 * j + 3]
         cuda.syncthreads()
         store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
 
@@ -367,12 +374,13 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
     a_kc, b_kc = layouts
     even = is_even(meta, config.bm, config.bn, BK)
 
-    def kernel_for(split):
-        return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated)
+    def kernel_for(split, vector):
+        return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated,
+                            vector_fn=epilogue.vector if vector else None)
 
     launches, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, offs, config.bm, config.bn, BK, config.threads,
-        staging_bytes(config.bm, config.bn, config.ring_floats()), splits, epilogue, alpha, beta, c_index)
+        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index)
     if (a_kc or b_kc) and fallback is not None:
         direct = launches
 

@@ -16,7 +16,8 @@ from plugrt.kernels import Epilogue, aligned, cuda
 from plugrt.plugin import Tactic
 
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
-from .simt import choose_splits, fits, gemm_launches, is_even, staging_bytes
+from .simt import choose_splits, fits, is_even
+from .store import gemm_launches, staging_bytes
 from .wgmma import BK, WgmmaConfig, hopper, wgmma_kernel
 
 #: K (in halves) of one 128-byte swizzle line of FP16.
@@ -75,12 +76,13 @@ def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, split
                  alpha: float, beta: float, c_index, fallback: Tactic | None, emulated) -> Tactic:
     even = is_even(meta, config.bm, config.bn, HALF_BK)
 
-    def kernel_for(split):
-        return wgmma_kernel(config, True, True, even, split, epilogue.fn, emulated, True)
+    def kernel_for(split, vector):
+        return wgmma_kernel(config, True, True, even, split, epilogue.fn, emulated, True,
+                            vector_fn=epilogue.vector if vector else None)
 
     direct, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, offs, config.bm, config.bn, HALF_BK, config.threads,
-        staging_bytes(config.bm, config.bn, config.ring_floats()), splits, epilogue, alpha, beta, c_index, operands)
+        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index, operands)
 
     def launches(ins, outs, workspace):
         if aligned(ins[0]) and (holds_b or aligned(ins[1])):

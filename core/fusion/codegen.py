@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numba import cuda
 
-from plugrt.kernels import Epilogue, aligned, broadcast_strides, elementwise_grid, flat, jit, to_device
+from plugrt.kernels import VECTOR, Epilogue, aligned, broadcast_strides, elementwise_grid, flat, jit, to_device
 from plugrt.tactic import Launch, Tactic
 
 SAME, SCALAR, STRIDED = "same", "scalar", "strided"
@@ -255,7 +255,45 @@ def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str 
     lines += ["    " + line for line in loads + calls]
     lines += [f"    return t{program.results[0]}"]
     fn = _compile("\n".join(lines) + "\n", tuple(s.fn for s in program.steps), "epilogue", device=True)
-    return Epilogue(fn, first, _table(program, kinds, out_shape), label)
+    vector, vector_operands = (None, ()) if out_shape[-1] % VECTOR else vector_epilogue(program, out_shape, kinds)
+    return Epilogue(fn, first, _table(program, kinds, out_shape), label, vector, vector_operands)
+
+
+def vector_epilogue(program: Program, out_shape: tuple[int, ...], kinds: Sequence[str]) -> tuple[Callable, tuple]:
+    """``(vector, operands loaded by vectors)``: the epilogue for :data:`VECTOR` elements
+    ``i .. i + 7`` of one last-axis row (``i`` a multiple of :data:`VECTOR`). float16 and
+    float32 leaves laid out like the output are read by 16-byte vectors, strided leaves
+    through one offset decoded for ``i`` plus the last axis's stride per element."""
+    ndim, lanes = len(out_shape), range(VECTOR)
+    vectored = tuple(k for k, kind in enumerate(kinds)
+                     if kind == SAME and np.dtype(program.leaves[k].dtype) in (np.float16, np.float32))
+    strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
+    lines = ["def epilogue(values, i, operands):", "    table = operands[0]"]
+    lines += [f"    x{k} = operands[{k + 1}]" for k in range(len(kinds))]
+    lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
+    if strided:
+        lines += ["    r = i"] + [f"    p{k} = 0" for k in strided]
+        lines += [f"    for d in range({ndim - 1}, -1, -1):", "        c = r % table[d]", "        r //= table[d]"]
+        lines += [f"        p{k} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
+        lines += [f"    q{k} = table[{ndim * (1 + s) + ndim - 1}]" for s, k in enumerate(strided)]
+    for k, kind in enumerate(kinds):
+        if k in vectored:
+            lines.append(f"    {', '.join(f'a{k}_{u}' for u in lanes)} = load8(x{k}, i)")
+        elif kind == SAME:
+            lines += [f"    a{k}_{u} = {_load(program.leaves[k], f'x{k}[i + {u}]')}" for u in lanes]
+        elif kind == STRIDED:
+            lines += [f"    a{k}_{u} = {_load(program.leaves[k], f'x{k}[p{k} + {u} * q{k}]')}" for u in lanes]
+    lines.append(f"    {', '.join(f'v_{u}' for u in lanes)} = values")
+    for u in lanes:
+        for j, step in enumerate(program.steps):
+            lines.append(f"    t{j}_{u} = f{j}({', '.join(_ref(a, f'v_{u}', kinds, f'_{u}') for a in step.args)})")
+    lines.append(f"    return ({', '.join(f't{program.results[0]}_{u}' for u in lanes)})")
+    from plugrt.kernels import vector8
+
+    load8 = vector8()[0]
+    fns = tuple(s.fn for s in program.steps) + (load8,)
+    source = "\n".join(lines).replace("load8(", f"f{len(fns) - 1}(") + "\n"
+    return _compile(source, fns, "epilogue", device=True), vectored
 
 
 def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> Tactic:
