@@ -201,3 +201,15 @@ def test_nhwc_kernels_compile_for_the_gpu():
                   [dt, dt, dt, dt, types.int64, types.int64, i64, types.Tuple((i64, dt))], True)
     """)
     assert not failures, "\\n".join(failures)
+
+
+def test_tile_order_follows_channels_and_k_depth(monkeypatch):
+    """The tuner times only the first few tactics: tiles no wider than the layer, shallow
+    rings first for a short K (the stem, 3x3 over 64 channels), deep ones for a long K."""
+    monkeypatch.setattr(wgmma_nhwc, "configs", lambda: wgmma_nhwc.GPU_CONFIGS)
+    stem = wgmma_nhwc.config_order(64, 7)
+    assert stem and all(c.bn == 64 for c in stem) and stem[0].stages == 3 and stem[-1].stages > 3
+    wide = wgmma_nhwc.config_order(128, 18)
+    assert wide[0].bn == 128 and wide[0].stages > 3 and all(c.bn <= 128 for c in wide)
+    assert all(c.bn >= 128 for c in wgmma_nhwc.config_order(512, 72))
+    assert {c.name for c in wgmma_nhwc.config_order(100, 3)} == {c.name for c in wgmma_nhwc.GPU_CONFIGS if c.bn <= 64}
