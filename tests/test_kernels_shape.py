@@ -138,14 +138,17 @@ def test_transpose(rng, dtype, perm):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.bool_])
 @pytest.mark.parametrize("shape, perm", [
     ((2, 5, 3, 6), [0, 2, 3, 1]), ((2, 5, 3, 6), [0, 3, 1, 2]), ((9, 7), [1, 0]), ((2, 3, 5, 4), [0, 1, 3, 2]),
-    ((3, 2, 5), [-1, 0, 1]),
+    ((3, 2, 5), [-1, 0, 1]), ((2, 17, 3, 2), [0, 2, 3, 1]), ((1, 3, 4, 5), [0, 2, 3, 1]),
 ])
 def test_transpose_moving_the_contiguous_axis_is_tiled(rng, registry, dtype, shape, perm):
+    """Every tactic against the reference; the output's last axis narrow (at most 16,
+    e.g. an image's channels going last) puts the one-thread-per-row kernel first."""
     from plugrt.testing import node_tactics
 
     check_node("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm})
     graph = import_model(single_node_model("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm}))
-    assert [t.name for t in node_tactics(graph, registry)] == ["tiled", "strided"]
+    narrow = graph.info(graph.outputs[0]).shape[-1] <= 16
+    assert [t.name for t in node_tactics(graph, registry)] == ["narrow"] * narrow + ["tiled", "strided"]
 
 
 def test_transpose_identity_and_size_one_axes(rng):
@@ -341,3 +344,16 @@ def test_one_hot_opsets_value_dtypes_and_runtime_values(rng):
         check_node("OneHot", feeds, constants={"depth", "values"})
         check_node("OneHot", feeds, constants={"depth", "values"}, opset=9)
         check_node("OneHot", feeds, {"axis": -2}, constants={"depth"})
+
+
+def test_transpose_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile the Transpose kernels for sm_90."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.shape import transpose as T
+        for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+            check(f"narrow {dt}", T.narrow_transpose_kernel,
+                  [arr(dt), arr(dt), I64, I64, I64, I64, arr(np.int64), arr(np.int64)], True)
+    """)
+    assert not failures, "\\n".join(failures)

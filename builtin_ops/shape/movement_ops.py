@@ -61,9 +61,10 @@ class Transpose(MoveOp):
     def tactics(self, node, inputs, outputs):
         x = inputs[0]
         strides = c_strides(x.shape)[self._perm(node, x.rank)]
+        narrow = transpose.narrow_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
         tiled = transpose.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
         strided = copies.strided_tactic(outputs[0].shape, strides)
-        return [strided] if tiled is None else [tiled, strided]
+        return [t for t in (narrow, tiled, strided) if t is not None]
 
 
 class Concat(MoveOp):

@@ -1,7 +1,8 @@
-"""The tiled Transpose tactic: a batched 2-D transpose through shared memory, for
-permutations that move the input's contiguous axis away from the output's last axis
-(NCHW <-> NHWC, attention's key transpose), where a strided copy would read or write
-with a stride. Other permutations use :func:`.copies.strided_tactic`.
+"""The Transpose tactics for permutations that move the input's contiguous axis away from
+the output's last axis (NCHW <-> NHWC, attention's key transpose), where a strided copy
+would read or write with a stride: a batched 2-D transpose through shared memory, and for
+a narrow output last axis (an image's 3 colour channels going channels-last) one thread
+per output row. Other permutations use :func:`.copies.strided_tactic`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Sequence
 import numpy as np
 from numba import from_dtype, int64
 
-from plugrt.kernels import c_strides, cuda, jit, simulated
+from plugrt.kernels import c_strides, cuda, grid_1d, jit, simulated
 from plugrt.plugin import Launch, Tactic
 
 from .copies import UINT, bits, coalesce, element_count, int64_table
@@ -83,3 +84,41 @@ def tiled_transpose_tactic(out_shape: Sequence[int], strides: Sequence[int], ite
         return [Launch(kernel, min(total, 65535), (tile, rows), args)]
 
     return Tactic("tiled", launches, {"tile": tile, "rows": rows})
+
+
+#: Output last axes up to this size get :func:`narrow_transpose_tactic` first.
+NARROW = 16
+
+
+@jit
+def narrow_transpose_kernel(out, x, rows, width, step, ndim, sizes, steps):
+    """``out[r, j] = x[offset(r) + j * step]`` for each output row ``r`` of ``width``
+    elements: a row's offset is decoded once (``sizes``/``steps``: the other axes), and
+    consecutive threads read consecutive elements of each input run."""
+    for r in range(cuda.grid(1), rows, cuda.gridsize(1)):
+        rest = r
+        offset = 0
+        for d in range(ndim - 1, -1, -1):
+            c = rest % sizes[d]
+            rest //= sizes[d]
+            offset += c * steps[d]
+        for j in range(width):
+            out[r * width + j] = x[offset + j * step]
+
+
+def narrow_transpose_tactic(out_shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Tactic | None:
+    """One thread per output row where the output's last axis is narrow (at most
+    :data:`NARROW` elements) and not the input's contiguous one; ``None`` elsewhere."""
+    sizes, steps = coalesce(out_shape, strides)
+    if len(sizes) < 2 or sizes[-1] > NARROW or steps[-1] == 1:
+        return None
+    width, step = sizes[-1], steps[-1]
+    rows = element_count(sizes[:-1])
+
+    def launches(ins, outs, workspace):
+        blocks, threads = grid_1d(rows)
+        args = (bits(outs[0]), bits(ins[0]), np.int64(rows), np.int64(width), np.int64(step),
+                np.int64(len(sizes) - 1), int64_table(sizes[:-1]), int64_table(steps[:-1]))
+        return [Launch(narrow_transpose_kernel, blocks, threads, args)]
+
+    return Tactic("narrow", launches, {"width": width})
