@@ -29,7 +29,7 @@ import numpy as np
 
 from plugrt.errors import UnsupportedError
 from plugrt.ir import dims
-from plugrt.fusion.codegen import pointwise_tactic
+from plugrt.fusion.codegen import pointwise_tactic, pointwise_tactics
 from plugrt.ir.tensor import TensorInfo
 from plugrt.tactic import Launch, Tactic
 
@@ -233,7 +233,7 @@ class OpPlugin(OpIdentity):
         fn = self.pointwise(node, inputs)
         if fn is None or len(outputs) != 1:
             return []
-        return [pointwise_tactic(fn, inputs, outputs[0])]
+        return pointwise_tactics(fn, inputs, outputs[0])
 
     def pointwise(self, node: "Node", inputs: Sequence[TensorInfo | None]):
         """Return a scalar ``@jit(device=True)`` function of this op, or ``None``.
@@ -414,7 +414,7 @@ __all__ = [
     # the contract
     "OpPlugin", "Attr", "Example", "Scale", "GraphPass", "TacticProvider", "optional",
     # the data it speaks in
-    "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "dims",
+    "TensorInfo", "Tactic", "Launch", "pointwise_tactic", "pointwise_tactics", "dims",
     # constants
     "REQUIRED", "VARIADIC", "ATTRIBUTE_KINDS", "PASS_STAGES",
     "POINTWISE", "REDUCTION", "SHAPE", "ANCHOR", "NORMALIZATION", "CONVERT",

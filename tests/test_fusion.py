@@ -282,6 +282,59 @@ def test_vector_chain_kernel_whole_vectors_and_tail(size, unroll, registry, rng)
         np.testing.assert_allclose(outs[1].copy_to_host(), x * s, rtol=1e-6)
 
 
+@pytest.mark.parametrize("size, strided", [(8, False), (21, False), (48, False), (16, True), (48, True)])
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_vector8_chain_kernel_float16(size, strided, unroll, registry, rng):
+    """The 8-wide vector tactic for chains touching float16 (16-byte float16 vectors, two
+    of float32): whole vectors, the partial last trip, the n % 8 scalar tail, a per-column
+    strided leaf (last axis a multiple of 8) and a scalar leaf; both outputs stored once;
+    a misaligned output launches the scalar kernel."""
+    from numba import cuda
+
+    from plugrt.launcher import PreparedLaunch
+    from plugrt.fusion.codegen import Program, Step, chain_tactics
+    from plugrt.ir.graph import Node
+    from plugrt.plugin import TensorInfo
+
+    f16, f32 = np.float16, np.float32
+    shape = (size // 8, 8) if strided else (size,)
+    x = rng.standard_normal(shape).astype(f16)
+    b = rng.standard_normal(shape[-1:] if strided else shape).astype(f32)
+    s = np.array(-0.5, f32)
+    fn = {op: registry.find_op("", op, 17).pointwise(Node(op, op, "", (), ("y",)), [TensorInfo.of(x)] * 2)
+          for op in ("Mul", "Add")}
+    steps = (Step(fn["Mul"], (("leaf", 0), ("leaf", 1))), Step(fn["Add"], (("step", 0), ("leaf", 2))))
+    program = Program((TensorInfo.of(x), TensorInfo.of(s), TensorInfo.of(b)), steps, (1, 0))
+    outputs = [TensorInfo(np.dtype(f32), shape), TensorInfo(np.dtype(f16), shape)]
+    tactics = {t.name: t for t in chain_tactics(program, outputs)}
+    assert not any("vec4" in name for name in tactics)
+    tactic = tactics[f"pointwise_vec8x{unroll}"]
+    assert tactic.params == {"unroll": unroll, "vector": 8}
+    want = x.astype(np.float64) * -0.5 + b
+    for offset in (0, 1):  # 1: the outputs start one element past an aligned address
+        outs = [cuda.device_array(size + 1, o.dtype)[offset:offset + size].reshape(shape) for o in outputs]
+        ins = [cuda.to_device(a) for a in (x, s, b)]
+        launches = tactic.launches(ins, outs, None)
+        assert (launches[0].kernel is tactics["pointwise"].launches(ins, outs, None)[0].kernel) == bool(offset)
+        for launch in launches:
+            PreparedLaunch(launch)(0)
+        cuda.synchronize()
+        np.testing.assert_allclose(outs[0].copy_to_host(), want, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(outs[1].copy_to_host().astype(np.float64), x.astype(np.float64) * -0.5, rtol=2e-3)
+
+
+def test_float32_chains_keep_the_4_wide_kernel_and_narrow_rows_get_no_vector8():
+    from plugrt.fusion.codegen import Program, Step, vectorizable8
+    from plugrt.plugin import TensorInfo
+
+    leaves = (TensorInfo(np.dtype(np.float16), (3, 12)), TensorInfo(np.dtype(np.float32), (12,)))
+    program = Program(leaves, (Step(None, (("leaf", 0), ("leaf", 1))),), (0,))
+    assert not vectorizable8(program, [TensorInfo(np.dtype(np.float16), (3, 12))])  # strided, 12 % 8
+    assert vectorizable8(Program(leaves[:1], program.steps, (0,)), [TensorInfo(np.dtype(np.float16), (3, 12))])
+    f32 = (TensorInfo(np.dtype(np.float32), (3, 16)),)
+    assert not vectorizable8(Program(f32, program.steps, (0,)), list(f32))
+
+
 def test_generated_kernels_compile_for_the_gpu():
     """The simulator does not type kernels: compile generated chain kernels (unrolled, strided
     and float16 leaves) and an epilogue for sm_90, free of float64 arithmetic."""
@@ -345,6 +398,15 @@ def test_generated_kernels_compile_for_the_gpu():
             if "load <8 x half>" not in ir:
                 RESULTS.append(f"vector epilogue out={out}: the float16 residual is not read by a 16-byte vector")
         leaves = (TensorInfo(f16, (2, 3, 12)), TensorInfo(f32, (12,)), TensorInfo(f32, (1,)))
+        chain = (codegen.Step(fma, (("leaf", 0), ("leaf", 2), ("leaf", 1))),)
+        program = codegen.Program((TensorInfo(f16, (4, 16)), TensorInfo(f32, (16,)), TensorInfo(f32, (1,))), chain, (0,))
+        for unroll in codegen.VECTOR_UNROLLS:
+            kernel, _ = codegen.vector8_kernel(program, (4, 16), unroll)
+            vargs = (I64, arr(np.int64), arr(f16), arr(f16), arr(f32), arr(f32))  # n, table, out, leaves
+            check(f"vector8 chain unroll={unroll}", kernel, list(vargs), True)
+            ir = compile_cuda(kernel.py_func, types.void, vargs, cc=(9, 0)).library.get_llvm_str()
+            if "load <8 x half>" not in ir or "store <8 x half>" not in ir:
+                RESULTS.append(f"vector8 chain unroll={unroll}: no 16-byte float16 vectors in the IR")
         if codegen.epilogue(codegen.Program(leaves, steps, (1,)), (2, 3, 12), 2).vector is not None:
             RESULTS.append("vector epilogue offered on a last axis that is not a multiple of 8")
     """)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.plugin import CONVERT, POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo, pointwise_tactic
+from plugrt.plugin import CONVERT, POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo, pointwise_tactics
 
 from . import device_functions
 from .ops import BOOL, require_inputs
@@ -104,7 +104,7 @@ class CastLike(CastBase):
     def tactics(self, node, inputs, outputs):
         # target_type only lends its dtype: the kernel must not read (or broadcast) it.
         fn = device_functions.cast(inputs[0].dtype, inputs[1].dtype)
-        return [pointwise_tactic(fn, [inputs[0], None], outputs[0])]
+        return pointwise_tactics(fn, [inputs[0], None], outputs[0])
 
 
 OPS = (Cast, CastLike)

@@ -186,6 +186,74 @@ def vector_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
                     "kernel", device=False), kinds
 
 
+def _vector8_body(program: Program, kinds: Sequence[str], ndim: int, index: str, w: str) -> list[str]:
+    """Source lines computing and storing the :data:`VECTOR` elements from ``index`` (a
+    multiple of 8): float16/float32 leaves laid out like the output by 16-byte vectors,
+    strided ones through one offset decoded for ``index`` plus the last axis's stride."""
+    lanes = range(VECTOR)
+    strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
+    lines = []
+    if strided:
+        lines += [f"r = {index}"] + [f"p{k}{w} = 0" for k in strided]
+        lines += [f"for d in range({ndim - 1}, -1, -1):", "    c = r % table[d]", "    r //= table[d]"]
+        lines += [f"    p{k}{w} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
+    for k, kind in enumerate(kinds):
+        if kind == SAME and np.dtype(program.leaves[k].dtype) in (np.float16, np.float32):
+            lines.append(f"{', '.join(f'a{k}{w}_{u}' for u in lanes)} = load8(x{k}, {index})")
+        elif kind == SAME:
+            lines += [f"a{k}{w}_{u} = {_load(program.leaves[k], f'x{k}[{index} + {u}]')}" for u in lanes]
+        elif kind == STRIDED:
+            step = f"table[{ndim * (1 + strided.index(k)) + ndim - 1}]"
+            lines += [f"a{k}{w}_{u} = {_load(program.leaves[k], f'x{k}[p{k}{w} + {u} * {step}]')}" for u in lanes]
+    for u in lanes:
+        for j, step in enumerate(program.steps):
+            lines.append(f"t{j}{w}_{u} = f{j}({', '.join(_ref(a, None, kinds, f'{w}_{u}') for a in step.args)})")
+    lines += [f"store8(o{r}, {index}, ({', '.join(f't{step}{w}_{u}' for u in lanes)}))"
+              for r, step in enumerate(program.results)]
+    return lines
+
+
+def vector8_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
+    """The generated kernel ``kernel(n, table, *outputs, *leaves)`` moving eight elements
+    at a time (:func:`plugrt.kernels.vector8`: 16 bytes of float16, 32 of float32) for
+    float16/float32 outputs, ``unroll`` vectors per thread and trip; elements past the last
+    whole vector go through a scalar tail. Strided leaves only where the last axis is a
+    multiple of 8 (see :func:`vectorizable8`)."""
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    ndim = len(out_shape)
+    lines = _kernel_header(program, kinds)
+    lines += ["    start = int64(cuda.grid(1))", "    stride = int64(cuda.gridsize(1))", f"    vectors = n // {VECTOR}",
+              f"    for v in range(start, vectors, stride * {unroll}):"]
+    lines += [f"        i{w} = {VECTOR} * (v + {w} * stride)" for w in range(unroll)]
+    lines += [f"        if v + {unroll - 1} * stride < vectors:"]
+    lines += ["            " + line for w in range(unroll) for line in _vector8_body(program, kinds, ndim, f"i{w}", f"_{w}")]
+    lines += ["            continue"]
+    lines += [f"        for e in range(v, min(v + {unroll} * stride, vectors), stride):"]
+    lines += ["            ie = e * 8"] + ["            " + line for line in _vector8_body(program, kinds, ndim, "ie", "_e")]
+    lines += [f"    for i_ in range({VECTOR} * vectors + start, n, stride):"]  # the tail, n % 8 elements
+    loads, calls = _body(program, kinds, ndim, None, "_")
+    lines += ["        " + line for line in loads + calls]
+    lines += [f"        o{r}[i_] = t{step}_" for r, step in enumerate(program.results)]
+    from plugrt.kernels import vector8
+
+    load8, store8 = vector8()
+    fns = tuple(s.fn for s in program.steps) + (load8, store8)
+    source = "\n".join(lines) + "\n"
+    source = source.replace("load8(", f"f{len(fns) - 2}(").replace("store8(", f"f{len(fns) - 1}(")
+    return _compile(source, fns, "kernel", device=False), kinds
+
+
+def vectorizable8(program: Program, outputs: Sequence[Any]) -> bool:
+    """Whether :func:`vector8_kernel` applies and pays: float16/float32 outputs, something
+    in float16 (float32 alone has the 4-wide kernel), at least one vector, and strided
+    leaves only where the output's last axis is a multiple of 8."""
+    out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
+    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    dtypes = [np.dtype(o.dtype) for o in outputs] + [np.dtype(i.dtype) for i, k in zip(program.leaves, kinds) if k]
+    return (all(np.dtype(o.dtype) in (np.float16, np.float32) for o in outputs) and np.dtype(np.float16) in dtypes
+            and int(np.prod(out_shape, dtype=np.int64)) >= VECTOR and (STRIDED not in kinds or out_shape[-1] % VECTOR == 0))
+
+
 def vectorizable(program: Program, outputs: Sequence[Any]) -> bool:
     """Whether :func:`vector_kernel` applies: float32 outputs and full-size leaves, no
     strided leaf."""
@@ -206,24 +274,29 @@ def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwi
     if vectorizable(program, outputs) and int(np.prod([int(d) for d in outputs[0].shape], dtype=np.int64)) >= 4:
         found += [chain_tactic(program, outputs, f"{name}_vec4x{unroll}", unroll, vector=True)
                   for unroll in VECTOR_UNROLLS]
+    elif vectorizable8(program, outputs):
+        found += [chain_tactic(program, outputs, f"{name}_vec8x{unroll}", unroll, vector=VECTOR)
+                  for unroll in VECTOR_UNROLLS]
     return found
 
 
 def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None,
-                 vector: bool = False) -> Tactic:
+                 vector: int = 0) -> Tactic:
     """A tactic computing ``program``'s results elementwise over the outputs' shape.
 
-    With ``vector`` (only where :func:`vectorizable`), elements go four at a time through
-    16-byte loads and stores, ``unroll`` vectors per trip; on arrays that are not 16-byte
-    aligned it launches the scalar kernel instead.
+    With ``vector`` 4 (only where :func:`vectorizable`), elements go four at a time through
+    16-byte float32 loads and stores; with 8 (where :func:`vectorizable8`) eight at a time
+    through :func:`plugrt.kernels.vector8`; ``unroll`` vectors per trip. On arrays that
+    are not 16-byte aligned it launches the scalar kernel instead.
     """
     out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
     kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    vector = 4 if vector is True else int(vector)
     if unroll is None:
         unroll = 1 if STRIDED in kinds else UNROLL
     if vector:
-        kernel, kinds = vector_kernel(program, out_shape, unroll)
-        scalar, _ = chain_kernel(program, out_shape, UNROLL)
+        kernel, kinds = (vector8_kernel if vector == VECTOR else vector_kernel)(program, out_shape, unroll)
+        scalar, _ = chain_kernel(program, out_shape, 1 if STRIDED in kinds else UNROLL)
     else:
         kernel, kinds = chain_kernel(program, out_shape, unroll)
     table = _table(program, kinds, out_shape)
@@ -234,12 +307,12 @@ def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwis
         read = [(flat(x), kind) for x, kind in zip(ins, kinds) if kind is not None]
         args = (np.int64(n), to_device(table), *stored, *(x for x, _ in read))
         if vector and all(map(aligned, stored + [x for x, kind in read if kind == SAME])):
-            blocks, threads = elementwise_grid(-(-n // 4), unroll)
+            blocks, threads = elementwise_grid(-(-n // vector), unroll)
             return [Launch(kernel, blocks, threads, args)]
-        blocks, threads = elementwise_grid(n, UNROLL if vector else unroll)
+        blocks, threads = elementwise_grid(n, (1 if STRIDED in kinds else UNROLL) if vector else unroll)
         return [Launch(scalar if vector else kernel, blocks, threads, args)]
 
-    params = {"unroll": unroll, "vector": 4} if vector else {"unroll": unroll}
+    params = {"unroll": unroll, "vector": vector} if vector else {"unroll": unroll}
     return Tactic(name, launches, params)
 
 
@@ -307,3 +380,10 @@ def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str
     """
     step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
     return chain_tactic(Program(tuple(inputs), (step,), (0,)), [output], name)
+
+
+def pointwise_tactics(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> list[Tactic]:
+    """:func:`pointwise_tactic` first, then its 16-byte vector variants where they apply
+    (:func:`chain_tactics`); the tuner times them."""
+    step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
+    return chain_tactics(Program(tuple(inputs), (step,), (0,)), [output], name)
