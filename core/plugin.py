@@ -102,6 +102,9 @@ class OpIdentity:
     since_opset: ClassVar[int] = 1
     until_opset: ClassVar[int | None] = None
     version: ClassVar[str] = "1.0"
+    #: Earlier ``version``s whose plans this one still runs unchanged (attributes added
+    #: since default to what those versions did); a plan of any other version is refused.
+    loads_versions: ClassVar[tuple[str, ...]] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -126,6 +129,7 @@ class OpPlugin(OpIdentity):
     - ``since_opset``, ``until_opset`` (inclusive, ``None`` for open): the opset versions
       of that domain it implements;
     - ``version``: the plugin's own version of this op, recorded in plan files;
+      ``loads_versions``: the earlier versions whose plans it still runs;
     - ``attributes``: the :class:`Attr` it accepts; others are refused at import;
     - ``inputs``, ``outputs``: ``(min, max)`` counts, optional ones included;
     - ``groups``: names from this module (``POINTWISE``, ``REDUCTION``, ...) for fusion rules;

@@ -189,3 +189,15 @@ def test_cli_run_under_an_incompatible_plugin_fails_with_the_install_command(bui
                                              ("1!4.5.6.post2", (4, 5)), ("nightly", None), (None, None)])
 def test_release_series(version, series):
     assert release_series(version) == series
+
+
+def test_plan_loads_under_a_newer_op_version_that_says_it_runs_the_old_one(built, tmp_path):
+    """An op that added attributes (defaulting to the old behaviour) names the versions
+    whose plans it still runs in ``loads_versions``."""
+    plan, want = built
+    root = tmp_path / "installed-loads"
+    code = ECHO_PLUGIN.format(version="2") + "\nScaleShift.loads_versions = ('1',)\n"
+    install_distribution(root, DIST, MODULE, code, version="1.2.0", entry_name=DIST)
+    with SysPath(root, [MODULE]):
+        got = Engine.load(str(plan), Registry.load()).create_execution_context().execute({"x": X})["y"]
+    np.testing.assert_array_equal(got, want)

@@ -335,7 +335,8 @@ def _plugin_problem(registry, node, plugin, distribution, version, op_version) -
         return (f"{node.describe()} needs plugin {plugin!r} from distribution {dist} version {version}, which is "
                 f"not installed: {install}")
     owner = registry.owner(op)
-    why = _incompatibility(distribution, version, op_version, owner.distribution, owner.version, op.version)
+    why = _incompatibility(distribution, version, op_version, owner.distribution, owner.version, op.version,
+                           op.loads_versions)
     if why:
         return (f"{node.describe()} was built with {dist} {version} (op version {op_version}), but "
                 f"{owner.distribution or '(no distribution)'} {owner.version} (op version {op.version}) is "
@@ -363,7 +364,7 @@ def _provider_problem(registry, node, layer: LayerRecord) -> str | None:
         return (f"{tactic} ({distribution or '(no distribution)'} {version}), which is not installed: {install}, "
                 "or rebuild the plan without it")
     why = _incompatibility(distribution, version, source.get("provider_version"), record.distribution,
-                           record.version, provider.version)
+                           record.version, provider.version, provider.loads_versions)
     if why:
         return (f"{tactic} ({distribution} {version}, provider version {source.get('provider_version')}), but "
                 f"{record.distribution} {record.version} (provider version {provider.version}) is installed, and "
@@ -372,11 +373,13 @@ def _provider_problem(registry, node, layer: LayerRecord) -> str | None:
 
 
 def _incompatibility(distribution, version, op_version, installed_distribution, installed_version,
-                     installed_op_version) -> str | None:
-    """Why the installed plugin cannot run a layer the plan recorded, or ``None``."""
+                     installed_op_version, loads_versions=()) -> str | None:
+    """Why the installed plugin cannot run a layer the plan recorded, or ``None``; an op
+    version in ``loads_versions`` (the installed op's earlier versions it still runs) is
+    no difference."""
     if installed_distribution != distribution:
         return "another distribution provides the op"
-    if installed_op_version != op_version:
+    if installed_op_version != op_version and op_version not in loads_versions:
         return "the op versions differ"
     if version == installed_version:
         return None
