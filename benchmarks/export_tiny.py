@@ -57,16 +57,22 @@ def models() -> dict:
                               intermediate_size=64, max_position_embeddings=64)
         return _hf(lambda c: T.BertModel(c, add_pooling_layer=False), config, mask=mask)
 
+    def eager(model_cls):
+        """Decoders with eager attention (transformers 5's default mask code calls
+        ``aten::diff``, which the exporter lacks, when no attention_mask is given)."""
+        def make(config):
+            config._attn_implementation = "eager"
+            return model_cls(config)
+        return make
+
     def gpt2():
-        config = T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, use_cache=False,
-                              attn_implementation="eager")
-        return _hf(T.GPT2Model, config)
+        config = T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, use_cache=False)
+        return _hf(eager(T.GPT2Model), config, mask=True)
 
     def llama():
         config = T.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
-                               attn_implementation="eager")
-        return _hf(T.LlamaModel, config)
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
+        return _hf(eager(T.LlamaModel), config, mask=True)
 
     def t5():
         config = T.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
@@ -78,6 +84,8 @@ def models() -> dict:
         torch.backends.mha.set_fastpath_enabled(False)
         model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
                                   mlp_dim=64, num_classes=10).eval()
+        for parameter in model.heads.parameters():  # torchvision zeroes the head: the output would be 0
+            torch.nn.init.normal_(parameter, std=0.2)
         return model, {"input": torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3, 32, 32))
                                                  .astype(np.float32))}
 
