@@ -1,17 +1,21 @@
-"""Spatial data movement and resampling: Pad, DepthToSpace, SpaceToDepth, Resize, Upsample.
+"""Spatial data movement and resampling: Pad, DepthToSpace, SpaceToDepth, Resize, Upsample,
+GridSample, RoiAlign and Col2Im.
 
 - :mod:`.ops`: Pad, DepthToSpace and SpaceToDepth;
 - :mod:`.resize_ops`: Resize and Upsample;
-- kernels: :mod:`.pad`, :mod:`.permute` (DepthToSpace/SpaceToDepth's permuting gather) and
-  :mod:`.resize`.
+- :mod:`.grid_sample_ops`: GridSample (2-D at opset 16, 1-D to 3-D from opset 20);
+- :mod:`.roi_align_ops`: RoiAlign;
+- :mod:`.col2im_ops`: Col2Im;
+- kernels: :mod:`.pad`, :mod:`.permute` (DepthToSpace/SpaceToDepth's permuting gather),
+  :mod:`.resize`, :mod:`.grid_sample`, :mod:`.roi_align` and :mod:`.col2im`.
 """
 
 from plugrt import hookimpl
 
-from . import ops, resize_ops
+from . import col2im_ops, grid_sample_ops, ops, resize_ops, roi_align_ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS + resize_ops.OPS
+OPS = ops.OPS + resize_ops.OPS + grid_sample_ops.OPS + roi_align_ops.OPS + col2im_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)
