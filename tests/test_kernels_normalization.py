@@ -100,6 +100,41 @@ def test_layernorm_offers_two_geometries(rng):
     assert tactic_names("LayerNormalization", feeds) == ["rows32x4", "rows256x1"]
 
 
+# --------------------------------------------------------------------------- RMSNormalization
+
+
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((2, 3, 5), -1), ((2, 3, 5), 1), ((3, 37), -1)])
+def test_rmsnorm_axes(rng, shape, axis):
+    feeds = {"x": rand(rng, shape, offset=0.5), "s": rand(rng, shape[axis % len(shape):])}
+    check_node("RMSNormalization", feeds, {"axis": axis, "epsilon": 1e-3}, opset=23, **TOL[F32])
+
+
+@pytest.mark.parametrize("x_dtype, s_dtype", [(F16, F16), (F16, F32), (F32, F16), (F64, F64)])
+def test_rmsnorm_dtypes(rng, x_dtype, s_dtype):
+    """Y takes the scale's dtype; float16 X accumulates in float32."""
+    feeds = {"x": rand(rng, (3, 16), x_dtype), "s": rand(rng, (16,), s_dtype)}
+    tol = TOL[F16] if F16 in (x_dtype, s_dtype) else TOL[x_dtype]
+    check_node("RMSNormalization", feeds, opset=23, **tol)
+
+
+@pytest.mark.parametrize("s_shape", [(1,), (1, 5), (3, 1)])
+def test_rmsnorm_broadcast_and_constant_scale(rng, s_shape):
+    feeds = {"x": rand(rng, (2, 3, 5)), "s": rand(rng, s_shape)}
+    check_node("RMSNormalization", feeds, {"axis": 1}, constants={"s"}, opset=23, **TOL[F32])
+
+
+def test_rmsnorm_large_values_in_float16(rng):
+    """Squares of float16 values past 256 overflow float16: the sums are float32."""
+    feeds = {"x": rand(rng, (2, 24), F16, offset=300.0), "s": positive(rng, (24,), F16)}
+    check_node("RMSNormalization", feeds, opset=23, **TOL[F16])
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference's mean of an empty row
+def test_rmsnorm_empty(rng, shape):
+    check_node("RMSNormalization", {"x": rand(rng, shape), "s": rand(rng, shape[1:])}, opset=23)
+
+
 # --------------------------------------------------------------------------- InstanceNormalization
 
 
@@ -227,6 +262,15 @@ def test_gpu_layernorm_full_blocks(rng, shape, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(simulated(), reason="GPU only: the simulator launches a few threads")
+@pytest.mark.parametrize("shape", [(512, 32), (64, 4096), (3, 100003)])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_gpu_rmsnorm_full_blocks(rng, shape, dtype):
+    feeds = {"x": rand(rng, shape, dtype), "s": rand(rng, shape[-1:], dtype)}
+    check_node("RMSNormalization", feeds, opset=23, **TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(simulated(), reason="GPU only: the simulator launches a few threads")
 def test_gpu_other_ops_full_size(rng):
     check_node("InstanceNormalization", {"x": rand(rng, (2, 8, 1000)), "s": rand(rng, (8,)), "b": rand(rng, (8,))},
                **TOL[F32])
@@ -238,3 +282,31 @@ def test_gpu_other_ops_full_size(rng):
     check_node("BatchNormalization", _bn_feeds(rng, (16, 8, 9, 9)), {"training_mode": 1}, opset=15, n_outputs=3,
                **TOL[F32])
     check_node("LRN", {"x": rand(rng, (2, 16, 8, 8))}, {"size": 5}, **TOL[F32])
+
+
+# --------------------------------------------------------------------------- GPU typing
+
+
+def test_row_norm_kernels_compile_for_the_gpu():
+    """The row kernel centered (LayerNorm) and not (RMSNorm), float16 and float32 X, Y of
+    another dtype, every block shape the heuristic offers, typed for sm_90; float32 data
+    stays free of float64 arithmetic."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.normalization import row_norm as rn
+
+        T = arr(np.int64)
+        sizes = ((512, 32), (64, 4096), (3, 100003))
+        shapes = sorted({g for rows, cols in sizes for g in rn.row_geometries(rows, cols)})
+        for x_dt, y_dt in (("float32", "float32"), ("float16", "float16"), ("float16", "float32")):
+            acc = scalar(np.float32)
+            for centered in (True, False):
+                for bx, by in shapes:
+                    kernel = rn.row_norm_kernel("float32", False, rn.PER_COL, rn.ABSENT if not centered else rn.PER_COL,
+                                                centered, rn.INV_STD if centered else rn.NO_STAT, bx, by, centered)
+                    args = [arr(x_dt), arr(y_dt), I64, I64, acc, acc, T, T, arr(y_dt), I64, T, T,
+                            arr(y_dt) if centered else arr(np.float32), I64, T, T, arr(np.float32), arr(np.float32)]
+                    check(f"row norm {x_dt}->{y_dt} centered={centered} {bx}x{by}", kernel, args, True)
+    """)
+    assert not failures, "\n".join(failures)

@@ -130,4 +130,5 @@ def test_each_pass_is_logged_with_node_counts(caplog):
         optimize(graph, registry)
     lines = [r.getMessage() for r in caplog.records]
     assert any("remove_noops" in line and "4 ->    3 nodes" in line for line in lines), lines
-    assert any("fuse_pointwise" in line and "3 ->    1 nodes" in line for line in lines), lines
+    assert any("fuse_swish" in line and "3 ->    2 nodes" in line for line in lines), lines  # x * Sigmoid(x)
+    assert any("fuse_pointwise" in line and "2 ->    1 nodes" in line for line in lines), lines

@@ -137,6 +137,17 @@ def _sigmoid(t):
     return sigmoid
 
 
+def _swish(t, alpha):
+    """x * sigmoid(alpha * x): SiLU at alpha 1, QuickGELU at 1.702."""
+    sigmoid, alpha = _sigmoid(t), t(alpha)
+
+    @jit(device=True)
+    def swish(x):
+        return x * sigmoid(alpha * x)
+
+    return swish
+
+
 def _hard_sigmoid(t, alpha, beta):
     zero, one, alpha, beta = t(0), t(1), t(alpha), t(beta)
 
@@ -400,7 +411,7 @@ _FIXED = {"Tanh": _tanh, "Erf": _erf, "Exp": _exp, "Sin": _sin, "Cos": _cos}
 
 _BUILDERS = {
     "Relu": _relu, "LeakyRelu": _leaky_relu, "ThresholdedRelu": _thresholded_relu, "Elu": _elu,
-    "Selu": _selu, "Celu": _celu, "PRelu": _prelu, "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid,
+    "Selu": _selu, "Celu": _celu, "PRelu": _prelu, "Sigmoid": _sigmoid, "Swish": _swish, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Softsign": _softsign, "Mish": _mish,
     "Gelu": _gelu, "Log": _log, "Sqrt": _sqrt, "Reciprocal": _reciprocal, "Abs": _abs,
     "Neg": _neg, "Sign": _sign, "Floor": _floor, "Ceil": _ceil, "Round": _round, "Clip": _clip,

@@ -6,8 +6,10 @@ the product. The tanh approximation (``approximate="tanh"``)::
 
     0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))))    # or x * x * x
 
-with the 0.5 in the same three places. Constants match within 1e-4 relative, as scalars
-or one-element tensors; Add and Mul match in either input order.
+with the 0.5 in the same three places, and Hugging Face's ``FastGELU``, the same function
+with ``sqrt(2/pi) * (x + 0.044715 * x^3)`` written ``x * sqrt(2/pi) * (1 + 0.044715 * x * x)``.
+Constants match within 1e-4 relative, as scalars or one-element tensors; Add and Mul match
+in either input order.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ _inner = op("Add", _x, op("Mul", _cube, const("coefficient", close_to(0.044715))
 _tanh = _half_times(_x, _one_plus(op("Tanh", op("Mul", _inner, const("root_two_by_pi",
                                                                     close_to(math.sqrt(2.0 / math.pi)))))))
 
+_square_term = op("Mul", op("Mul", _x, const("coefficient", close_to(0.044715))), _x)
+_fast_inner = op("Mul", op("Mul", _x, const("root_two_by_pi", close_to(math.sqrt(2.0 / math.pi)))),
+                 op("Add", _square_term, const("inner_one", close_to(1.0))))
+_fast_tanh = _half_times(_x, _one_plus(op("Tanh", _fast_inner)))
+
 
 def _fuse_as(approximate: str):
     def fuse(graph, registry, match):
@@ -55,6 +62,7 @@ def _fuse_as(approximate: str):
 RULES = [
     Rule("gelu", _exact, _fuse_as("none")),
     Rule("gelu_tanh", _tanh, _fuse_as("tanh")),
+    Rule("gelu_tanh_fast", _fast_tanh, _fuse_as("tanh")),
 ]
 
 

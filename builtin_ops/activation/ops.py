@@ -79,6 +79,24 @@ class Sigmoid(UnaryOp):
         return 1.0 / (1.0 + np.exp(-_wide(x)))
 
 
+class Swish(UnaryOp):
+    """Swish (opset 24): ``x * sigmoid(alpha * x)``; SiLU at alpha 1 (what the family's
+    ``fuse_swish`` makes of ``x * Sigmoid(x)``)."""
+
+    op_type = "Swish"
+    since_opset = 24
+    attributes = (Attr("alpha", "float", 1.0),)
+
+    def compute(self, node, x):
+        x = _wide(x)
+        return x / (1.0 + np.exp(-node.attrs["alpha"] * x))
+
+    def examples(self):
+        return [Example((TensorInfo(np.float32, (2, 5)),), opset=24),
+                Example((TensorInfo(np.float32, (3, 4)),), {"alpha": 1.702}, opset=24, name="quick-gelu"),
+                Example((TensorInfo(np.float16, (2, 8)),), opset=24, rtol=2e-3, atol=2e-3)]
+
+
 class HardSigmoid(UnaryOp):
     op_type = "HardSigmoid"
     attributes = (Attr("alpha", "float", 0.2), Attr("beta", "float", 0.5))
@@ -164,6 +182,13 @@ class Gelu(UnaryOp):
         if node.attrs["approximate"] == "tanh":
             return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
         return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+    def examples(self):
+        f32, f16 = np.float32, np.float16
+        return [Example((TensorInfo(f32, (2, 5)),), opset=20),
+                Example((TensorInfo(f32, (3, 4)),), {"approximate": "tanh"}, opset=20, name="tanh"),
+                Example((TensorInfo(f16, (2, 8)),), {"approximate": "tanh"}, opset=20, rtol=2e-3, atol=2e-3,
+                        name="tanh-float16")]
 
 
 class Erf(UnaryOp):
@@ -387,7 +412,7 @@ class PRelu(OpPlugin):
 
 
 OPS = (
-    Relu, LeakyRelu, PRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Elu, Selu, Celu,
+    Relu, LeakyRelu, PRelu, Sigmoid, Swish, HardSigmoid, HardSwish, Tanh, Elu, Selu, Celu,
     ThresholdedRelu, Gelu, Erf, Softplus, Softsign, Mish, Exp, Log, Sqrt, Reciprocal,
     Neg, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Shrink, Clip,
 )

@@ -1,9 +1,10 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
-GroupNormalization, MeanVarianceNormalization and LRN.
+RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN.
 
 - :mod:`.ops`: the op plugins;
-- :mod:`.fuse_layernorm`: the graph pass recognizing layer normalization written in primitive ops;
-- kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, InstanceNorm,
+- :mod:`.fuse_layernorm`, :mod:`.fuse_rmsnorm`: the graph passes recognizing layer and RMS
+  normalization written in primitive ops;
+- kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, RMSNorm, InstanceNorm,
   GroupNorm, MVN, BatchNorm training) and :mod:`.channel_norm` (BatchNorm's per-channel
   affine and running statistics, LRN).
 """
@@ -11,7 +12,7 @@ GroupNormalization, MeanVarianceNormalization and LRN.
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import fuse_layernorm, ops
+from . import fuse_layernorm, fuse_rmsnorm, ops
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS
@@ -27,9 +28,14 @@ def plugrt_ops():
 
 #: Runs before the contrib plugins' fusion passes (priority 100), which may match its result.
 PASS_PRIORITY = 10
+#: After the LayerNorm recognizer: a LayerNorm's ``d / sqrt(mean(d^2) + eps)`` is an RMSNorm of ``d``.
+RMS_PASS_PRIORITY = 11
 
 
 @hookimpl
 def plugrt_passes():
     return [GraphPass("fuse_layernorm", fuse_layernorm.run, priority=PASS_PRIORITY,
-                      description="layer normalization written in primitive ops -> LayerNormalization")]
+                      description="layer normalization written in primitive ops -> LayerNormalization"),
+            GraphPass("fuse_rmsnorm", fuse_rmsnorm.run, priority=RMS_PASS_PRIORITY,
+                      description="RMS normalization written in primitive ops (Cast upcasts included) -> "
+                                  "RMSNormalization")]

@@ -22,26 +22,27 @@ from plugrt.passes.pattern import (Rule, add_constant, capture, close_to, const,
 OPSET = 17
 
 
-def _mean(of, name):
+def mean_of(of, name):
     """ReduceMean(of) with keepdims=1, axes as an attribute or as a constant input."""
     keep = {"keepdims": 1}
     return either(op("ReduceMean", of, name=name, attrs=keep),
                   op("ReduceMean", of, const(f"{name}_axes"), name=name, attrs=keep))
 
 
-def _square(of, name):
+def square_of(of, name):
+    """Pow(of, 2) or Mul(of, of)."""
     return either(op("Pow", of, const(f"{name}_two", close_to(2.0))), op("Mul", of, of))
 
 
 _x = capture("x")
-_d = op("Sub", _x, _mean(_x, "mean"), name="d")
-_variance = either(_mean(_square(_d, "d"), "var"),
-                   op("Sub", _mean(_square(_x, "x"), "var"), _square(capture("mean"), "mean")))
+_d = op("Sub", _x, mean_of(_x, "mean"), name="d")
+_variance = either(mean_of(square_of(_d, "d"), "var"),
+                   op("Sub", mean_of(square_of(_x, "x"), "var"), square_of(capture("mean"), "mean")))
 _std = op("Sqrt", op("Add", _variance, const("eps", is_scalar)))
 _normed = either(op("Div", _d, _std, name="normed"), op("Mul", _d, op("Reciprocal", _std), name="normed"))
 
 
-def _parameter(array, shape, dtype, rank):
+def affine_parameter(array, shape, dtype, rank):
     """``array`` as a tensor of the normalized ``shape``, or ``None`` if it would change
     the output's shape or dtype (it must broadcast into the normalized axes)."""
     if array.dtype != dtype or array.ndim > rank:
@@ -71,8 +72,8 @@ def _fuse(graph, registry, match):
     if axes != tuple(range(first, x.rank)) or not all(isinstance(d, int) for d in shape):
         return None
     scale = np.ones(shape, x.dtype) if "gamma" not in match.values else \
-        _parameter(match.const("gamma"), shape, x.dtype, x.rank)
-    bias = None if "beta" not in match.values else _parameter(match.const("beta"), shape, x.dtype, x.rank)
+        affine_parameter(match.const("gamma"), shape, x.dtype, x.rank)
+    bias = None if "beta" not in match.values else affine_parameter(match.const("beta"), shape, x.dtype, x.rank)
     if scale is None or ("beta" in match.values and bias is None):
         return None
     root = match.root.name

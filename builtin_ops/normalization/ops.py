@@ -1,8 +1,9 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
-GroupNormalization, MeanVarianceNormalization and LRN.
+RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN.
 
 Statistics and the normalization itself are computed in float64 and cast back to the
-input dtype (or to the stash dtype for LayerNormalization's Mean and InvStdDev).
+input dtype (or to the stash dtype for LayerNormalization's Mean and InvStdDev, to the
+scale's dtype for RMSNormalization's Y).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.kernels import broadcast_strides
-from plugrt.plugin import FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, OpPlugin, Scale, TensorInfo, optional
+from plugrt.plugin import (FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, Example, OpPlugin, Scale, TensorInfo,
+                           optional)
 
 from . import channel_norm
 from .row_norm import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
@@ -228,6 +230,66 @@ class LayerNormalization(NormOp):
             y = y + bias
         return [y.astype(inputs[0].dtype), mean.astype(np.float32), inv_std.astype(np.float32)]
 
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        x, param = TensorInfo(f32, (2, 3, 8)), TensorInfo(f32, (8,))
+        return [Example((x, param, param), rtol=2e-4, atol=2e-5),
+                Example((TensorInfo(f32, (3, 2, 4)), np.linspace(0.5, 1.5, 8, dtype=f32).reshape(2, 4)), {"axis": 1},
+                        rtol=2e-4, atol=2e-5, n_outputs=3, name="no-bias-axis1-stats"),
+                Example((TensorInfo(f16, (4, 16)), TensorInfo(f16, (16,))), {"epsilon": 1e-3}, rtol=3e-3, atol=3e-3,
+                        name="float16-no-bias")]
+
+
+class RMSNormalization(NormOp):
+    """RMSNormalization (opset 23 on): ``Y = X / sqrt(mean(X^2) + epsilon) * scale`` over
+    axes [axis, rank), what LLaMA and T5 call RMSNorm. Y has the scale's dtype (it may
+    differ from X's: a float16 X, float32 arithmetic, a float32 scale); scale broadcasts
+    unidirectionally to X. The kernels accumulate in float32 (float64 for float64 X).
+    """
+
+    op_type = "RMSNormalization"
+    since_opset = 23
+    inputs = (2, 2)
+    attributes = (
+        Attr("axis", "int", -1),
+        Attr("epsilon", "float", 1e-5),
+        Attr("stash_type", "int", _STASH_FLOAT),
+    )
+
+    def check(self, node, inputs):
+        if node.attrs["stash_type"] != _STASH_FLOAT:
+            raise self.unsupported(node, f"stash_type={node.attrs['stash_type']}", "use stash_type=1 (float32)")
+
+    def infer(self, node, inputs):
+        x, scale = inputs
+        _axis(node.attrs["axis"], x.rank)
+        return [TensorInfo(scale.dtype, x.shape)]
+
+    def tactics(self, node, inputs, outputs):
+        shape = _shape(inputs[0])
+        view = RowView(shape, tuple(range(node.attrs["axis"] % len(shape), len(shape))))
+        scale_index = param_index(view, broadcast_strides(_shape(inputs[1]), shape))
+        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=scale_index,
+                       centered=False).tactics()
+
+    def reference(self, node, inputs):
+        x, scale = _wide(inputs[0]), _wide(inputs[1])
+        axes = tuple(range(node.attrs["axis"] % x.ndim, x.ndim))
+        mean_square = np.mean(x * x, axis=axes, keepdims=True)
+        y = x / np.sqrt(mean_square + node.attrs["epsilon"]) * scale
+        return [y.astype(inputs[1].dtype)]
+
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        tol = dict(rtol=2e-4, atol=2e-5)
+        return [Example((TensorInfo(f32, (2, 3, 8)), TensorInfo(f32, (8,))), opset=23, **tol),
+                Example((TensorInfo(f32, (3, 2, 4)), np.linspace(0.5, 1.5, 8, dtype=f32).reshape(2, 4)),
+                        {"axis": -2, "epsilon": 1e-6}, opset=23, name="two-axes-constant-scale", **tol),
+                Example((TensorInfo(f16, (4, 16)), TensorInfo(f16, (16,))), opset=23, rtol=3e-3, atol=3e-3,
+                        name="float16"),
+                Example((TensorInfo(f16, (2, 2, 8)), TensorInfo(f32, (8,))), opset=23, name="float16-x-float32-scale",
+                        **tol)]
+
 
 class GroupNormalization(NormOp):
     """GroupNormalization: statistics per instance over each group of C / num_groups channels.
@@ -356,6 +418,6 @@ class LRN(NormOp):
 
 
 OPS = (
-    BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization,
+    BatchNormalization, InstanceNormalization, LayerNormalization, RMSNormalization, GroupNormalization,
     MeanVarianceNormalization, LRN,
 )

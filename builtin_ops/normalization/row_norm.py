@@ -3,8 +3,8 @@ through (the per-channel kernels, BatchNormalization's affine and LRN's channel 
 are in :mod:`.channel_norm`).
 
 Every row normalization (LayerNorm, InstanceNorm, GroupNorm, MVN, BatchNorm's training
-mode) is the same computation on a *view* of X: the view's axes split into kept axes
-(one row per index) and reduced axes (the row's columns). Element ``(r, c)`` of X lies
+mode, RMSNorm) is the same computation on a *view* of X: the view's axes split into kept
+axes (one row per index) and reduced axes (the row's columns). Element ``(r, c)`` of X lies
 at ``row_offset[r] + col_offset[c]``; when the reduced axes are the view's trailing axes
 that is just ``r * cols + c``, otherwise host-made offset tables give it (so any axes set
 works). Scale and bias are indexed the same way from their broadcast strides in the view,
@@ -15,6 +15,8 @@ rows such as a transformer's hidden size share a block instead of idling 224 of 
 threads. Statistics accumulate in float32 (float64 for float64 data) as sums of
 ``x - x[row, 0]`` and its square: shifting by a sample of the row keeps the one-pass
 variance free of the cancellation ``E[x^2] - E[x]^2`` suffers when the mean is large.
+An uncentered kernel (RMSNorm) sums plain squares: ``E[x^2]`` is what it wants. Y may have
+another dtype than X (RMSNormalization's takes the scale's); the store converts.
 """
 
 from __future__ import annotations
@@ -117,8 +119,9 @@ def param_index(view: RowView, strides) -> ParamIndex:
 
 @functools.lru_cache(maxsize=None)
 def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: int,
-                    write_mean: bool, second_stat: int, bx: int, by: int):
-    """``y = (x - mean) / (sqrt(var + eps_in) + eps_out) * scale + bias`` per row.
+                    write_mean: bool, second_stat: int, bx: int, by: int, centered: bool = True):
+    """``y = (x - mean) / (sqrt(var + eps_in) + eps_out) * scale + bias`` per row; not
+    ``centered``: ``y = x / sqrt(mean(x^2) + eps_in) * scale + bias`` (mean 0, var E[x^2]).
 
     A block of ``(bx, by)`` threads (``bx`` a power of two) works on rows
     ``blockIdx.x * by + threadIdx.y``, stepping by ``gridDim.x * by``; ``threadIdx.x``
@@ -146,7 +149,7 @@ def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: in
             if x_table and valid:
                 base = xrow[r]
             shift = zero
-            if valid and cols > 0:
+            if centered and valid and cols > 0:
                 if x_table:
                     shift = acc(x[base + xcol[0]])
                 else:
@@ -180,11 +183,15 @@ def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: in
             inv = nan
             if cols > 0:
                 n = acc(cols)
-                offset = t1 / n
-                mean = shift + offset
-                var = t2 / n - offset * offset
-                if var < zero:
-                    var = zero
+                if centered:
+                    offset = t1 / n
+                    mean = shift + offset
+                    var = t2 / n - offset * offset
+                    if var < zero:
+                        var = zero
+                else:
+                    mean = zero
+                    var = t2 / n
                 inv = one / (math.sqrt(var + eps_in) + eps_out)
             if valid:
                 s_row = one
@@ -253,7 +260,8 @@ class RowNorm:
     """One row normalization node, ready to make tactics.
 
     ``x``, ``scale``, ``bias`` are input positions (``None``: absent); ``mean_out`` and
-    ``stat_out`` output positions of the per-row statistics (``None``: not written).
+    ``stat_out`` output positions of the per-row statistics (``None``: not written);
+    ``centered=False`` normalizes by the root mean square (RMSNorm).
     """
 
     view: RowView
@@ -268,6 +276,7 @@ class RowNorm:
     mean_out: int | None = None
     stat_out: int | None = None
     second_stat: int = NO_STAT
+    centered: bool = True
 
     def tactics(self) -> list[Tactic]:
         return [Tactic(f"rows{bx}x{by}", functools.partial(self.launches, bx=bx, by=by), {"block": [bx, by]})
@@ -285,7 +294,8 @@ class RowNorm:
             return []
         grid, lbx, lby = _launch_shape(rows, bx, by)
         kernel = row_norm_kernel(acc.name, not view.contiguous, self.scale_index.mode, self.bias_index.mode,
-                                 st1 is not None, self.second_stat if st2 is not None else NO_STAT, lbx, lby)
+                                 st1 is not None, self.second_stat if st2 is not None else NO_STAT, lbx, lby,
+                                 self.centered)
         dummy = to_device(np.zeros(1, dtype=acc))
         xrow, xcol = view.x_tables() if not view.contiguous else (_NO_TABLE, _NO_TABLE)
         x, y = flat(ins[self.x]), flat(outs[0])
