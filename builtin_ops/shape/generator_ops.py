@@ -1,9 +1,12 @@
 """Generator ops: tensors made rather than moved. Shape and Size report dims, Constant and
-ConstantOfShape hold values, Range, OneHot and Trilu compute from their inputs.
+ConstantOfShape hold values, Range, OneHot and Trilu compute from their inputs, NonZero
+lists the indices of its input's nonzero elements.
 
 The engine folds every node whose output value is known at build time; the CUDA tactics
 (:mod:`.generators`) serve the rest (a Shape of a runtime tensor still writes its known
 dims, Range may take runtime start and delta, OneHot runtime indices, Trilu a runtime k).
+NonZero's output size is its input's data: it runs on the host, and only where that input's
+values are known when the engine is specialized (see :class:`NonZero`).
 """
 
 from __future__ import annotations
@@ -265,4 +268,38 @@ class OneHot(OpPlugin):
         return [generators.one_hot_tactic(indices, values, axis, depth, node.opset >= 11)]
 
 
-OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot)
+class NonZero(OpPlugin):
+    """The indices (rank, count) of X's nonzero elements, in row-major order (a 0-D X
+    gives shape (0, count), as ONNX's reference does).
+
+    The count is X's data, so the output's size is known only where X's values are: a
+    constant, a computation of constants or shapes, or a shape-tensor input. There the
+    node runs on the host, at each specialization, like a shape computation. X computed on
+    the device is refused at build time (the builder names the output whose size depends
+    on data): sizing an output on the device needs an output allocator and a sync point
+    in the runtime, which the engine does not have.
+    """
+
+    op_type = "NonZero"
+    since_opset = 9
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        if x.value is not None:
+            return [TensorInfo.of(self.reference(node, [x.value])[0])]
+        if x.is_static and math.prod(x.shape) == 0:
+            return [TensorInfo.of(np.zeros((x.rank, 0), np.int64))]
+        return [TensorInfo(INT64, (x.rank, fresh_dim(node, 1)))]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        if x.ndim == 0:
+            return [np.zeros((0, int(np.count_nonzero(x))), np.int64)]
+        return [np.ascontiguousarray(np.vstack(np.nonzero(x)).astype(np.int64))]
+
+    def tactics(self, node, inputs, outputs):
+        raise self.unsupported(node, "an input known only on the device (the output's size is its data)",
+                               "make it a constant, a computation of constants or a shape-tensor input")
+
+
+OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot, NonZero)
