@@ -247,7 +247,9 @@ def cmd_build(args) -> int:
     engine = build_engine(args, args.model)
     engine.save(args.output)
     report = engine.inspect()
-    print(f"built {args.output}: {len(report['layers'])} layers, {len(report['host_nodes'])} host nodes; "
+    aliases = sum(layer["alias"] is not None for layer in report["layers"])
+    print(f"built {args.output}: {len(report['layers'])} layers ({aliases} aliases, no kernel), "
+          f"{len(report['host_nodes'])} host nodes; "
           f"weights {report['memory']['weights_bytes']} B, arena {report['memory']['arena_bytes']} B, "
           f"workspace {report['memory']['workspace_bytes']} B")
     for line in precision_report(engine):
@@ -325,12 +327,15 @@ def cmd_inspect(args) -> int:
         print(f"input  {name}: {entry['dtype']}{entry['shape']}  profile {report['profile'].get(name)}")
     for name, entry in report["outputs"].items():
         print(f"output {name}: {entry['dtype']}{entry['shape']}")
-    print(f"{len(report['layers'])} layers ({len(report['host_nodes'])} nodes computed on the host):")
+    aliases = sum(layer["alias"] is not None for layer in report["layers"])
+    print(f"{len(report['layers'])} layers ({aliases} of them aliases, running no kernel; "
+          f"{len(report['host_nodes'])} nodes computed on the host):")
     for layer in report["layers"]:
         outs = ", ".join(f"{n}{s}" for n, s in layer["outputs"].items())
         provider = layer.get("tactic_provider")
         supplier = f"; tactic from {provider['plugin']} ({provider['distribution']})" if provider else ""
-        print(f"  {layer['name']:30s} {layer['op']:22s} {layer['tactic']:18s} {layer['precision']:8s} -> {outs}"
+        tactic = layer["tactic"] if layer["alias"] is None else f"alias of {layer['alias']}"
+        print(f"  {layer['name']:30s} {layer['op']:22s} {tactic:18s} {layer['precision']:8s} -> {outs}"
               f"  [{layer['plugin']} ({layer['distribution']}){supplier}]")
         if len(layer["onnx_nodes"]) > 1:
             print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")

@@ -14,7 +14,8 @@ Lifecycle of a node, and the plugin methods the core calls on the way:
    :meth:`OpPlugin.as_scale` and :meth:`OpPlugin.fold_scale` (a per-channel scale and shift,
    such as an inference BatchNormalization, folded into an anchor's weights);
    ``foldable`` (whether constant folding may run the reference);
-5. engine build: :meth:`OpPlugin.tactics` (CUDA implementations; anchors also accept an
+5. engine build: :meth:`OpPlugin.aliases` (the layer's output is an input's bytes: it runs
+   no kernel), :meth:`OpPlugin.tactics` (CUDA implementations; anchors also accept an
    epilogue), :meth:`OpPlugin.pointwise` (a scalar device function the core fuses into
    chains and epilogues);
 6. plan files: :meth:`OpPlugin.serialize` (extra JSON-safe data; never pickle).
@@ -221,6 +222,20 @@ class OpPlugin(OpIdentity):
         return None
 
     # ----------------------------------------------------------------- engine
+
+    def aliases(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> int | None:
+        """Return the index of the input whose bytes output 0 is, under its own shape, or ``None``.
+
+        Say so when output 0 always holds the same dtype and the same elements in the same
+        row-major order as that input (Reshape, Flatten, Squeeze, Unsqueeze, Identity), at
+        every shape the node may take. The builder then runs the layer as an alias: no
+        kernel, no copy, its output a view of the input's device buffer. Where the bytes
+        cannot be shared (an engine output over an engine input or a weight) the layer runs
+        one of :meth:`tactics`, so keep offering a copy. Only output 0 may be used; the core
+        checks that, and the dtypes and element counts. Unlike :meth:`forwards` the node
+        stays (the shapes differ); shapes here are concrete.
+        """
+        return None
 
     def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
                 epilogue=None) -> list:

@@ -98,10 +98,14 @@ def same_shape(op, node, inputs) -> int | None:
 
 
 class CopyOp(MoveOp):
-    """An op whose output holds the input's elements in the same order (a new shape)."""
+    """An op whose output holds the input's elements in the same order (a new shape): an
+    alias of the input in the engine; the copy kernel runs where the engine cannot alias."""
 
     def forwards(self, node, inputs):
         return same_shape(self, node, inputs)
+
+    def aliases(self, node, inputs):
+        return 0
 
     @concrete_shapes
     def tactics(self, node, inputs, outputs):

@@ -5,17 +5,19 @@ resolve the optimization profile, infer concrete shapes at the profile's
 opt and max shapes, choose a tactic for every device layer at opt shapes
 (:class:`plugrt.tuning.Tuner`: the plugin's preference order, or timing on the GPU with
 a timing cache, by ``BuilderConfig.optimization_level``), and plan activation memory for
-the max shapes by liveness.
+the max shapes by liveness. Layout layers whose plugin says their output is an input's
+bytes (:mod:`plugrt.engine.aliases`) run no tactic: they are views of that buffer.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
 from plugrt.engine.accuracy import check_accuracy
+from plugrt.engine.aliases import ALIAS_TACTIC, choose, storage
 from plugrt.engine.memory import MAX_ARENA_BYTES, liveness, plan_memory, value_shapes
 from plugrt.engine.precision import assign_precisions
 from plugrt.engine.precision import check_config as check_precision_config
@@ -42,6 +44,8 @@ class Checked:
     found: list
     passes: list
     precision: object = None
+    #: The alias layers: node index -> the input whose bytes output 0 is.
+    aliases: dict = field(default_factory=dict)
 
 
 class Builder:
@@ -76,20 +80,20 @@ class Builder:
         checked = self._check(model, config, tuner, timed=True)
         graph, profile, max_graph, opt_graph = checked.graph, checked.profile, checked.max_graph, checked.opt_graph
         try:
-            layers = self._choose_layers(checked.found, tuner)
+            layers = self._choose_layers(checked.found, tuner, checked.aliases)
         finally:
             tuner.finish()
             if config.timing_cache and tuner.recorded:
                 cache.save(config.timing_cache)
                 log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
-        memory = _plan(max_graph, [layer.node_index for layer in layers])
+        memory = _plan(max_graph, [layer.node_index for layer in layers], checked.aliases)
         _check_memory(memory.arena_bytes, profile)
         workspace = max((layer.workspace_bytes for layer in layers), default=0)
         if workspace > config.max_workspace_bytes:
             raise PlugrtError(f"the engine needs {workspace} bytes of workspace, more than the config's "
                               f"max_workspace_bytes {config.max_workspace_bytes}; raise the limit")
-        log.info("built %d device layers, %d host nodes; arena %d bytes, workspace %d bytes",
-                 len(layers), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
+        log.info("built %d device layers (%d of them aliases), %d host nodes; arena %d bytes, workspace %d bytes",
+                 len(layers), len(checked.aliases), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
                         shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
                         passes=[result.as_json() for result in checked.passes])
@@ -149,9 +153,11 @@ class Builder:
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
-        found = self._candidates(max_graph, opt_graph, tuner)
-        _check_memory(_plan(max_graph, [entry[0] for entry in found]).arena_bytes, profile)
-        return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None)
+        device = [index for index, node in enumerate(max_graph.nodes) if not is_host_node(max_graph, node)]
+        aliases = choose(max_graph, self.registry, device)
+        found = self._candidates(max_graph, opt_graph, tuner, aliases)
+        _check_memory(_plan(max_graph, [entry[0] for entry in found], aliases).arena_bytes, profile)
+        return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None, aliases)
 
     def _tactics(self, op, node, graph: Graph) -> list:
         """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""
@@ -159,8 +165,9 @@ class Builder:
         outs = [graph.info(name) for name in node.outputs if name]
         return self.registry.tactics(op, node, ins, outs)
 
-    def _candidates(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner) -> list:
-        """Every device layer's candidates (all problems reported at once)."""
+    def _candidates(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner, aliases: dict) -> list:
+        """Every device layer's candidates (all problems reported at once); an alias layer
+        has none."""
         found, problems = [], []
         for index, node in enumerate(max_graph.nodes):
             if is_host_node(max_graph, node):
@@ -172,6 +179,9 @@ class Builder:
                                 f"{format_shape(max_graph.info(dynamic[0]).shape)}, which depends on input data "
                                 "that is not known at build time; make that input an initializer or a "
                                 "shape-tensor input")
+                continue
+            if index in aliases:
+                found.append((index, node, op, None, [], []))
                 continue
             pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[index]) else max_graph
             try:
@@ -195,12 +205,18 @@ class Builder:
                                    "implementation:\n  " + "\n  ".join(problems))
         return found
 
-    def _choose_layers(self, found: list, tuner: Tuner) -> list[LayerRecord]:
-        """The tuner's choice for each device layer, at opt shapes."""
+    def _choose_layers(self, found: list, tuner: Tuner, aliases: dict) -> list[LayerRecord]:
+        """The tuner's choice for each device layer, at opt shapes; alias layers run none."""
         layers = []
-        for position, (index, node, op, pick, candidates, at_max) in enumerate(found, 1):
+        timed, position = len(found) - len(aliases), 0
+        for index, node, op, pick, candidates, at_max in found:
             owner = self.registry.owner(op)
-            choice = tuner.choose(node, pick, op, owner, candidates, (position, len(found)))
+            if index in aliases:
+                layers.append(LayerRecord(index, dict(ALIAS_TACTIC), 0, owner.name, owner.distribution, owner.version,
+                                          op.version, alias=aliases[index]))
+                continue
+            position += 1
+            choice = tuner.choose(node, pick, op, owner, candidates, (position, timed))
             chosen = choice.tactic
             same = [t for t in at_max if (t.name, t.provider) == (chosen.name, chosen.provider)] or at_max
             workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
@@ -214,10 +230,10 @@ def _describe(graph: Graph, node) -> str:
     return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
 
 
-def _plan(graph: Graph, layers: list[int]):
+def _plan(graph: Graph, layers: list[int], aliases: dict):
     """Arena offsets for graph inputs and the outputs of the device layers (node indices
-    of ``graph``, in order), by liveness."""
-    sizes, lifetimes = liveness(graph, layers)
+    of ``graph``, in order) that own their bytes, by liveness."""
+    sizes, lifetimes = liveness(graph, layers, storage(graph, aliases, layers))
     return plan_memory(sizes, lifetimes)
 
 

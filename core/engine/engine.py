@@ -64,6 +64,9 @@ class LayerRecord:
     #: Who contributed the tactic when not the op's own plugin (``Tactic.source``:
     #: ``{"plugin", "distribution", "version", "provider_version"}``).
     tactic_provider: dict | None = None
+    #: A layout layer run as an alias (:mod:`plugrt.engine.aliases`): the input whose bytes
+    #: its output 0 is; it launches nothing (``tactic`` is ``{"name": "alias", ...}``).
+    alias: int | None = None
 
 
 class Engine:
@@ -216,16 +219,19 @@ class Engine:
     # ------------------------------------------------------------------ inspection
 
     def inspect(self) -> dict:
-        """Layers (plugin, tactic and its time, shapes, precision) and memory, JSON-safe."""
+        """Layers (plugin, tactic and its time, shapes, precision) and memory, JSON-safe. An
+        alias layer has no tactic (``None``) and names the tensor it is a view of (``alias``)."""
         layers = []
         opt = self.shapes.get("opt", {})
         for layer in self.layers:
             node = self.graph.nodes[layer.node_index]
             outs = [n for n in node.outputs if n]
+            alias = node.inputs[layer.alias] if layer.alias is not None else None
             layers.append({
                 "name": node.name, "op": fused_label(node) if is_fused(node) else node.qualified_op,
                 "plugin": layer.plugin,
-                "distribution": layer.distribution, "tactic": layer.tactic["name"], "params": layer.tactic["params"],
+                "distribution": layer.distribution, "tactic": layer.tactic["name"] if alias is None else None,
+                "params": layer.tactic["params"], "alias": alias,
                 "inputs": {n: format_shape(opt.get(n, self._shape(n))) for n in node.inputs if n},
                 "outputs": {n: format_shape(opt.get(n, self._shape(n))) for n in outs},
                 "precision": self._precision(node, outs),

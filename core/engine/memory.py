@@ -57,9 +57,16 @@ def plan_memory(sizes: Mapping[str, int], lifetimes: Mapping[str, tuple[int, int
     return MemoryPlan(offsets, dict(sizes), arena, _peak(sizes, lifetimes, alignment))
 
 
-def liveness(graph, layer_nodes: list[int]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+def liveness(graph, layer_nodes: list[int], shared: Mapping[str, str] | None = None
+             ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     """Bytes and lifetime of each arena tensor (graph inputs, device-layer outputs) of a
-    graph with concrete shapes, given the node index of each device layer in order."""
+    graph with concrete shapes, given the node index of each device layer in order.
+
+    ``shared`` maps a name to the name whose buffer it is a view of (alias layers,
+    :func:`plugrt.engine.aliases.storage`): it takes no bytes of its own, and every layer
+    touching it keeps that buffer alive.
+    """
+    shared = shared or {}
     position = {index: i + 1 for i, index in enumerate(layer_nodes)}
     end = len(layer_nodes) + 1
     sizes, lifetimes = {}, {}
@@ -68,22 +75,25 @@ def liveness(graph, layer_nodes: list[int]) -> tuple[dict[str, int], dict[str, t
         info = graph.info(name)
         return math.prod(int(d) for d in info.shape) * info.dtype.itemsize
 
+    def touch(name, at):
+        span = lifetimes.get(shared.get(name, name))
+        if span is not None:
+            span[0], span[1] = min(span[0], at), max(span[1], at)
+
     for name in graph.inputs:
         sizes[name], lifetimes[name] = nbytes(name), [0, 0]
     for index in layer_nodes:
         for name in graph.nodes[index].outputs:
-            if name:
+            if name and name not in shared:
                 sizes[name] = nbytes(name)
                 lifetimes[name] = [position[index]] * 2
-    for index, node in enumerate(graph.nodes):
-        if index not in position:
-            continue
-        for name in node.inputs:
-            if name in lifetimes:
-                lifetimes[name][1] = max(lifetimes[name][1], position[index])
+    for index in layer_nodes:
+        node = graph.nodes[index]
+        for name in [*node.inputs, *node.outputs]:
+            if name:
+                touch(name, position[index])
     for name in graph.outputs:
-        if name in lifetimes:
-            lifetimes[name][1] = end
+        touch(name, end)
     return sizes, {k: tuple(v) for k, v in lifetimes.items()}
 
 

@@ -4,9 +4,10 @@
 module checks what only the plugins and the graph can tell, before anything is allocated:
 the graph's structure, every attribute through its plugin as at import (fused layers'
 inner nodes too), shape inference, the profile against the inputs, one layer per device
-node and its tactic offered by the plugin, and the memory plan re-derived from the graph
-at the profile's max shapes (offsets aligned, inside the arena, live tensors apart; arena
-and workspace no larger than the shapes need). Each problem is a :class:`PlanError`.
+node and its tactic offered by the plugin (an alias layer: allowed by its plugin and the
+binding rules of :mod:`plugrt.engine.aliases`), and the memory plan re-derived from the
+graph at the profile's max shapes (offsets aligned, inside the arena, live tensors apart;
+arena and workspace no larger than the shapes need). Each problem is a :class:`PlanError`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 
 import numpy as np
 
+from plugrt.engine import aliases as alias_rules
 from plugrt.engine.memory import ALIGNMENT, align, liveness, value_shapes
 from plugrt.engine.plan_schema import MAX_BYTES, fix
 from plugrt.errors import PlanError, PlugrtError
@@ -152,7 +154,10 @@ def check_layers(layers, registry, opt_graph, max_graph, label: str) -> int:
         missing = sorted(set(device) - set(recorded)) or sorted(set(recorded) - set(device))
         raise _refuse(label, "layers", f"the device layers must run nodes {device}, not {recorded} "
                                        f"(node {missing[0]} differs)")
+    _check_aliases(layers, registry, max_graph, label)
     for i, layer in enumerate(layers):
+        if layer.alias is not None:
+            continue
         node = max_graph.nodes[layer.node_index]
         pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[layer.node_index]) else max_graph
         tactic = layer.tactic
@@ -171,6 +176,20 @@ def check_layers(layers, registry, opt_graph, max_graph, label: str) -> int:
             raise _refuse(label, f"layers[{i}].workspace_bytes", f"{layer.workspace_bytes} is more than the "
                           f"{bound} bytes its tactic needs at the profile's max shapes")
     return max((layer.workspace_bytes for layer in layers), default=0)
+
+
+def _check_aliases(layers, registry, max_graph, label: str) -> None:
+    """The alias layers are ones the plugins and the binding rules allow at max shapes."""
+    recorded = _aliases(layers)
+    problem = alias_rules.check_recorded(max_graph, registry, recorded, [layer.node_index for layer in layers])
+    if problem is not None:
+        index, why = problem
+        i = next(k for k, layer in enumerate(layers) if layer.node_index == index)
+        raise _refuse(label, f"layers[{i}].alias", why)
+
+
+def _aliases(layers) -> dict[int, int]:
+    return {layer.node_index: layer.alias for layer in layers if layer.alias is not None}
 
 
 def _tactics(registry, node, graph, label: str, i: int) -> list:
@@ -197,7 +216,8 @@ def check_memory(header: dict, layers, max_graph, workspace: int, label: str) ->
     if memory["workspace_bytes"] != workspace:
         raise _refuse(label, "memory.workspace_bytes", f"{memory['workspace_bytes']} differs from the layers' "
                                                         f"largest workspace, {workspace}")
-    sizes, lifetimes = liveness(max_graph, [layer.node_index for layer in layers])
+    nodes = [layer.node_index for layer in layers]
+    sizes, lifetimes = liveness(max_graph, nodes, alias_rules.storage(max_graph, _aliases(layers), nodes))
     offsets, arena = memory["offsets"], memory["arena_bytes"]
     if set(offsets) != set(sizes):
         extra = sorted(set(offsets) ^ set(sizes))[0]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from plugrt import __version__
+from plugrt.engine.aliases import ALIAS_TACTIC
 from plugrt.errors import PlanError
 
 #: Array data offsets are multiples of this (the container's alignment).
@@ -179,7 +180,7 @@ _PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "deci
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
-_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider")
+_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias")
 
 
 def check_header(header, arrays: dict, label: str) -> None:
@@ -402,6 +403,19 @@ def _check_layers(fields: Fields, layers, node_count: int) -> None:
         if provider != (source["plugin"] if source is not None else None):
             raise fields.fail(f"{path}.tactic.provider", "the plugin named by tactic_provider (both or neither)",
                               provider)
+        if layer.get("alias") is not None:
+            _check_alias(fields, layer, path)
+
+
+def _check_alias(fields: Fields, layer: dict, path: str) -> None:
+    """An alias layer (``alias``: an input index) runs no tactic and needs no workspace."""
+    fields.integer(layer["alias"], f"{path}.alias", 0, MAX_BYTES)
+    if layer["tactic"] != ALIAS_TACTIC or layer.get("tactic_provider") is not None:
+        raise fields.fail(f"{path}.tactic", f"{ALIAS_TACTIC} with no tactic_provider for an alias layer",
+                          layer["tactic"])
+    if layer["workspace_bytes"] or layer.get("time_ms") is not None or layer.get("runner_up") is not None:
+        raise fields.fail(path, "free of workspace_bytes, time_ms and runner_up for an alias layer (it runs "
+                          "no kernel)", show=False)
 
 
 def _check_tactic(fields: Fields, tactic, path: str, optional: tuple, required: tuple = ()):

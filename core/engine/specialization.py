@@ -11,6 +11,11 @@ another tensor), so every kernel parameter that points into one is known
 (:attr:`slots`). :meth:`bind` moves an input or output to the caller's memory by rewriting
 those parameters, in the prepared launches and in the captured graph's nodes, instead of
 copying the data or capturing again.
+
+Alias layers (:mod:`plugrt.engine.aliases`) launch nothing: their outputs are views of
+their owner's array (:attr:`shared`), reshaped. A name in an engine input's group points
+into that input's buffer, and a root an engine output took over into the output's, so
+binding moves them with the binding.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
+from plugrt.engine.aliases import storage
 from plugrt.engine.graphs import capture
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
@@ -40,6 +46,11 @@ class Specialization:
         self.graph = graph = concretize(engine.graph, shapes, engine.registry, values)
         self._uploads: dict = {}
         self._own: dict = {}
+        aliases = {layer.node_index: layer.alias for layer in engine.layers if layer.alias is not None}
+        #: Each name that is a view of another's array (alias layers' outputs; a root an
+        #: engine output took over) -> that name.
+        self.shared = storage(graph, aliases, [layer.node_index for layer in engine.layers])
+        self._sources = {graph.nodes[index].outputs[0]: graph.nodes[index].inputs[k] for index, k in aliases.items()}
         self.io = {name: context.io_view(name, graph.info(name)) for name in _bindable(graph)}
         self.input_views = {name: self._view(context, name) for name in graph.inputs}
         self.launches: list[PreparedLaunch] = []
@@ -48,6 +59,9 @@ class Specialization:
         for layer in engine.layers:
             node = graph.nodes[layer.node_index]
             if is_host_node(graph, node):
+                continue
+            if layer.alias is not None:
+                self._check_alias(node, layer.alias)
                 continue
             ins = [self._tensor(context, name) if name else None for name in node.inputs]
             outs = [self._view(context, name) if name else None for name in node.outputs]
@@ -69,9 +83,9 @@ class Specialization:
         self.prepare_seconds = time.perf_counter() - started
         self.outputs = {}
         for name in graph.outputs:
-            info = graph.info(name)
-            if info.value is not None and name not in graph.inputs:
-                self.outputs[name] = ("host", info.value)
+            known = self._known(name) if name not in graph.inputs else None
+            if known is not None:
+                self.outputs[name] = ("host", known)
             else:
                 self.outputs[name] = ("device", self._tensor(context, name))
         #: Raw launches only (on a GPU): what graphs and in-place binding need.
@@ -167,9 +181,32 @@ class Specialization:
         if value.const is not None:
             weight = context.weights.get(name)
             return weight if weight is not None else self._upload(name, value.const)
-        if value.info.value is not None and name not in self.graph.inputs:
-            return self._upload(name, value.info.value)
+        known = self._known(name) if name not in self.graph.inputs else None
+        if known is not None:
+            return self._upload(name, known)
         return self._view(context, name)
+
+    def _known(self, name: str):
+        """``name``'s value where the host knows it at these shapes: its own, or that of the
+        source of the alias layers making it (never a weight's: the view of it serves)."""
+        info = self.graph.info(name)
+        source = name
+        while info.value is None and source in self._sources:
+            source = self._sources[source]
+            if self.graph.values[source].const is not None:
+                return None
+            value = self.graph.info(source).value
+            if value is not None:
+                return np.reshape(value, tuple(int(d) for d in info.shape))
+        return info.value
+
+    def _check_alias(self, node, source: int) -> None:
+        """An alias layer's output holds exactly its source's bytes at these shapes too."""
+        src, out = self.graph.info(node.inputs[source]), self.graph.info(node.outputs[0])
+        if src.dtype != out.dtype or int(np.prod(src.shape, dtype=np.int64)) != int(np.prod(out.shape, dtype=np.int64)):
+            raise PlugrtError(f"{node.describe()}: runs as an alias of input {source}, but at shapes {self.label} "
+                              f"output 0 is {out.dtype}{list(out.shape)} and the input {src.dtype}{list(src.shape)}; "
+                              "its plugin's aliases() must hold at every shape of the profile")
 
     def _workspace(self, context, nbytes: int, layer: str):
         """The context's workspace cut to ``nbytes``; an own one if this shape needs more."""
@@ -200,6 +237,9 @@ class Specialization:
             return self.io[name]
         info = self.graph.info(name)
         shape = tuple(int(d) for d in info.shape)
+        owner = self.shared.get(name)
+        if owner is not None:
+            return self._tensor(context, owner).reshape(shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * info.dtype.itemsize
         offset = context.engine.offsets.get(name)
         planned = context.engine.shapes.get("max", {}).get(name)
