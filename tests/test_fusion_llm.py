@@ -14,8 +14,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
-from plugrt.testing import check_pass
-from plugrt_builtin_ops.shape import fold_static_dims
 
 F32, F16 = np.float32, np.float16
 ONNX_TYPE = {F32: TensorProto.FLOAT, F16: TensorProto.FLOAT16}
@@ -272,12 +270,13 @@ def test_gated_sigmoid_of_another_tensor_stays_a_chain(rng):
 
 # ---------------------------------------------------------------- rotary embeddings
 
-def rotate_half(g: Exported, x, d, computed=False, order="neg_second"):
+def rotate_half(g: Exported, x, d, computed=False, order="neg_second", dim=3):
     """``cat(-x[..., d/2:], x[..., :d/2])`` as exported: constant bounds, or (``computed``)
-    the TorchScript form, ``d // 2`` taken from ``Shape(x)``."""
+    the TorchScript form, ``x.shape[dim] // 2`` from ``Shape(x)`` (through int64 Casts)."""
     if computed:
-        size = g.node("Gather", g.node("Shape", x), g.const(3, np.int64), axis=0)
-        half = g.node("Unsqueeze", g.node("Div", size, g.const(2, np.int64)), g.const([0], np.int64))
+        size = g.node("Gather", g.node("Shape", x), g.const(dim, np.int64), axis=0)
+        half = g.node("Cast", g.node("Div", size, g.const(2, np.int64)), to=TensorProto.INT64)
+        half = g.node("Unsqueeze", half, g.const([0], np.int64))
     else:
         half = g.const([d // 2], np.int64)
     axes = g.const([3], np.int64)
@@ -308,6 +307,23 @@ def test_rope_on_q_and_k_is_one_layer_each(rng, computed):
     assert layers == ["plugrt.elementwise::RotaryEmbedding"] * 2
 
 
+def test_rope_after_the_head_split_of_a_real_export(rng):
+    """LLaMA's TorchScript export: q reshaped to [B, S, -1, D] with B and S from Shape (so
+    inference leaves every dim of q a symbol), transposed, its half computed from Shape(q);
+    the dims are checked at the profile's shapes."""
+    g = Exported({"h": (F32, ["B", "S", 24]), "cos": (F32, ["B", 1, "S", 8]), "sin": (F32, ["B", 1, "S", 8])})
+    shape = g.node("Shape", "h")
+    batch_seq = [g.node("Unsqueeze", g.node("Gather", shape, g.const(axis, np.int64), axis=0), g.const([0], np.int64))
+                 for axis in (0, 1)]
+    target = g.node("Concat", *batch_seq, g.const([-1], np.int64), g.const([8], np.int64), axis=0)
+    q = g.node("Transpose", g.node("Reshape", "h", target), perm=[0, 2, 1, 3])
+    profile = OptimizationProfile().set_shape("h", (1, 1, 24), (2, 5, 24), (2, 8, 24))
+    for name in ("cos", "sin"):
+        profile.set_shape(name, (1, 1, 1, 8), (2, 1, 5, 8), (2, 1, 8, 8))
+    assert run_both(g.model(rope(g, q, computed=True)), rng, profile=profile) == \
+        ["Reshape", "Transpose", "plugrt.elementwise::RotaryEmbedding"]
+
+
 def test_rope_with_constant_tables_in_float16(rng):
     g = Exported({"q": (F16, [1, 2, 5, 8])})
     angles = np.arange(5)[:, None] * (10000.0 ** (-np.arange(4) / 4))[None, :]
@@ -316,30 +332,17 @@ def test_rope_with_constant_tables_in_float16(rng):
     assert run_both(g.model(y), rng, tol=TOL[F16]) == ["plugrt.elementwise::RotaryEmbedding"]
 
 
-@pytest.mark.parametrize("case", ["rotated_the_other_way", "sin_grows_x"])
+@pytest.mark.parametrize("case", ["rotated_the_other_way", "sin_grows_x", "half_of_another_dim"])
 def test_rope_near_misses_stay_unfused(rng, case):
-    g = Exported({"q": (F32, [1, 2, 5, 8]), "cos": (F32, [1, 1, 5, 8]),
-                  "sin": (F32, [2, 1, 5, 8] if case == "sin_grows_x" else [1, 1, 5, 8])})
-    y = rope(g, "q", order="neg_first" if case == "rotated_the_other_way" else "neg_second")
-    layers = run_both(g.model(y), rng)
+    """cat(x1, -x2) rotates the other way; a sin of more rows than q broadcasts q up; a
+    bound computed from dim 2 (equal to D here, but not at every shape) proves nothing."""
+    g = Exported({"q": (F32, ["B", 2, 8, 8]), "cos": (F32, [1, 1, 8, 8]),
+                  "sin": (F32, [2, 1, 8, 8] if case == "sin_grows_x" else [1, 1, 8, 8])})
+    y = rope(g, "q", order="neg_first" if case == "rotated_the_other_way" else "neg_second",
+             computed=case == "half_of_another_dim", dim=2)
+    layers = run_both(g.model(y), rng, profile=OptimizationProfile().set_shape("q", (1, 2, 8, 8), (1, 2, 8, 8),
+                                                                               (2, 2, 8, 8)))
     assert "plugrt.elementwise::RotaryEmbedding" not in layers and len(layers) > 1
-
-
-def test_static_dims_of_a_dynamic_shape_fold(registry, rng):
-    """Gather(Shape(x), 1) of a static dim becomes a constant (and what is computed from it
-    known); the dynamic dim's Gather stays."""
-    g = Exported({"x": (F32, ["B", 8])})
-    shape = g.node("Shape", "x")
-    dims = [g.node("Unsqueeze", g.node("Gather", shape, g.const(0, np.int64), axis=0), g.const([0], np.int64)),
-            g.node("Unsqueeze", g.node("Div", g.node("Gather", shape, g.const(1, np.int64), axis=0),
-                                       g.const(2, np.int64)), g.const([0], np.int64)),
-            g.const([2], np.int64)]
-    y = g.node("Reshape", "x", g.node("Concat", *dims, axis=0))
-    before, after = check_pass(g.model(y), fold_static_dims.run, registry=registry,
-                               feeds={"x": rng.standard_normal((3, 8)).astype(F32)})
-    assert [n.op_type for n in after.nodes].count("Gather") == 1
-    halved = next(n for n in after.nodes if n.op_type == "Div").outputs[0]
-    assert after.info(halved).value.tolist() == 4 and before.info(halved).value is None
 
 
 # ---------------------------------------------------------------- a LLaMA block

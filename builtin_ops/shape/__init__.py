@@ -11,8 +11,6 @@ Constant, Range, OneHot, Trilu, and the scatters.
   :mod:`.transpose` (the shared-memory tiled transpose), :mod:`.generators` and
   :mod:`.scatter` (the scatters: per update with atomics, or in index order);
 - :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge;
-- :mod:`.fold_static_dims`: the cleanup pass making ``Gather(Shape(x), i)`` a constant where
-  x's dim ``i`` is static in a dynamic shape;
 - :mod:`.channels_last`: the fusion pass running convolutions (and the pools and
   pointwise ops between them) channels-last, with the Transposes between layouts cancelled.
 """
@@ -20,7 +18,7 @@ Constant, Range, OneHot, Trilu, and the scatters.
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import channels_last, fold_static_dims, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs
+from . import channels_last, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS + scatter_ops.OPS
@@ -43,9 +41,7 @@ CHANNELS_LAST_PRIORITY = 300
 
 @hookimpl
 def plugrt_passes():
-    return [GraphPass("fold_static_dims", fold_static_dims.run, priority=PASS_PRIORITY, stage="cleanup",
-                      description="Gather(Shape(x), i) of a static dim of a dynamic shape -> constant"),
-            GraphPass("simplify_pairs", simplify_pairs.run, priority=PASS_PRIORITY, stage="cleanup",
+    return [GraphPass("simplify_pairs", simplify_pairs.run, priority=PASS_PRIORITY, stage="cleanup",
                       description="pairs of layout ops that cancel or merge"),
             GraphPass("channels_last", channels_last.run, priority=CHANNELS_LAST_PRIORITY,
                       description="convolutions channels-last (NHWC) on tensor cores, layout changes cancelled")]
