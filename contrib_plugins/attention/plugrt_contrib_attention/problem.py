@@ -1,11 +1,19 @@
-"""What every attention kernel shares: the concrete problem and its launch arguments.
+"""What every attention kernel shares: the concrete problem, its layouts and launch arguments.
+
+Each of Q, K, V and the output is in one of three layouts (the op's ``layout``):
+``bhsd`` ``[B, H, S, D]``; ``bshd`` ``[B, S, H, D]`` (the head split of a projection,
+not transposed); ``bsh`` ``[B, S, H * D]`` (the projection itself, heads split by the
+kernel). A kernel sees each as element strides of its batch, head and sequence axes
+(the head dim is contiguous). K and V may have fewer heads than Q: query head ``h`` reads
+K/V head ``h // group`` (grouped-query attention; one head shared by all: ``group = H``).
 
 All kernels of this package take the same arguments, ``(out, q, k, v, mask, sq, sk, heads,
-k_sb, k_sh, v_sb, v_sh, m_sb, m_sh, m_sq, m_sk, qscale)``: flat arrays, the sequence
-lengths and head count, element strides of K's and V's batch and head (0 where
-broadcast) and of the mask's four axes (0 where broadcast), and ``scale``; and run one
-block per (query tile, batch x head), the query tile fastest (blocks of one head share
-its K and V in L2).
+q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, k_group, v_sb, v_sh, v_ss, v_group, o_sb, o_sh, o_ss,
+m_sb, m_sh, m_sq, m_sk, m_period, qscale)``: flat arrays, the sequence lengths and Q's head
+count, the strides (0 for a broadcast batch) and head groups of Q, K, V and the output,
+the mask's four strides (0 where broadcast) and the period of its batch (batch ``b`` reads
+the mask's ``b % m_period``), and ``scale``; and run one block per (query
+tile, batch x head), the query tile fastest (blocks of one head share its K and V in L2).
 """
 
 from __future__ import annotations
@@ -25,10 +33,57 @@ MAX_SHARED_BYTES = 227 * 1024
 #: Largest grid (blocks along x).
 MAX_BLOCKS = 2**31 - 1
 
+#: A causal fill at or below this gives keys weights that underflow to zero in float32 as
+#: ``-inf``'s do (``exp(-1e4)`` is 0) wherever a row keeps a key with a score above it.
+MASKED_FILL = -1e4
+
+#: The tensor layouts, and the one every tensor has when the op's ``layout`` is absent.
+LAYOUTS = ("bhsd", "bshd", "bsh")
+DEFAULT_LAYOUT = "bhsd,bhsd,bhsd,bhsd"
+
+
+def parse_layout(text) -> tuple[str, str, str, str] | None:
+    """``(q, k, v, out)`` from the op's ``layout`` (absent: all ``bhsd``); ``None`` when malformed."""
+    parts = tuple((text or DEFAULT_LAYOUT).split(","))
+    if len(parts) != 4 or any(part not in LAYOUTS for part in parts):
+        return None
+    return parts
+
+
+def split_heads(shape, layout: str, heads=None):
+    """``(batch, heads, seq, head size)`` of a tensor of ``shape`` in ``layout``; a ``bsh``
+    tensor has ``heads`` heads (its last dim divided by them; ``None``: not divisible)."""
+    if layout == "bhsd":
+        return tuple(shape)
+    if layout == "bshd":
+        return shape[0], shape[2], shape[1], shape[3]
+    hidden = shape[2]
+    if not isinstance(heads, int) or heads < 1:
+        return None
+    if isinstance(hidden, int):
+        return None if hidden % heads else (shape[0], heads, shape[1], hidden // heads)
+    return shape[0], heads, shape[1], f"{hidden}/{heads}"  # a symbol (an informative name)
+
+
+def merged_shape(b, h, s, d, layout: str) -> tuple:
+    """The shape of a ``[b, h, s, d]`` tensor in ``layout``."""
+    if layout == "bhsd":
+        return (b, h, s, d)
+    if layout == "bshd":
+        return (b, s, h, d)
+    return (b, s, h * d if isinstance(h, int) and isinstance(d, int) else f"{h}*{d}")
+
+
+def _strides(b: int, h: int, s: int, d: int, layout: str) -> tuple[int, int, int]:
+    """Element strides of the batch, head and sequence axes; a batch of 1 strides 0."""
+    batch = 0 if b == 1 else h * s * d
+    return (batch, s * d, d) if layout == "bhsd" else (batch, d, h * d)
+
 
 @dataclass(frozen=True)
 class AttentionShapes:
-    """The concrete problem: Q ``[b, h, sq, d]``, K/V ``[.., sk, d / dv]``, broadcast strides."""
+    """The concrete problem: Q ``[b, h, sq, d]``, K/V ``[.., sk, d / dv]`` and their layouts
+    as strides (batch, head, sequence) and head groups, the mask's strides, ``causal``."""
 
     b: int
     h: int
@@ -36,18 +91,29 @@ class AttentionShapes:
     sk: int
     d: int
     dv: int
-    k_strides: tuple[int, int]
-    v_strides: tuple[int, int]
+    q_strides: tuple[int, int, int]
+    k_strides: tuple[int, int, int]
+    v_strides: tuple[int, int, int]
+    o_strides: tuple[int, int, int]
     mask_strides: tuple[int, int, int, int] | None
+    k_group: int = 1
+    v_group: int = 1
+    causal: int = 0
+    causal_fill: float = float("-inf")
+    mask_period: int = 0
 
     @classmethod
-    def of(cls, q_shape, k_shape, v_shape, mask_shape=None) -> "AttentionShapes":
-        b, h, sq, d = (int(x) for x in q_shape)
-        sk, dv = int(k_shape[2]), int(v_shape[3])
-
-        def lead_strides(shape):
-            rows = int(shape[2]) * int(shape[3])
-            return (int(shape[1]) * rows if int(shape[0]) != 1 else 0, rows if int(shape[1]) != 1 else 0)
+    def of(cls, q_shape, k_shape, v_shape, mask_shape=None, layout=None, num_heads: int = 0,
+           kv_num_heads: int = 0, causal: int = 0, causal_fill=None, mask_period: int = 0) -> "AttentionShapes":
+        """The problem of concrete shapes in ``layout`` (the op's attribute; ``None``: all
+        ``bhsd``); ``num_heads`` and ``kv_num_heads`` split ``bsh`` tensors; the other
+        arguments are the op's attributes."""
+        q_l, k_l, v_l, o_l = parse_layout(layout)
+        heads = int(num_heads) or None
+        b, h, sq, d = (int(x) for x in split_heads(tuple(int(x) for x in q_shape), q_l, heads))
+        kv_heads = int(kv_num_heads) or h
+        kb, kh, sk, _ = split_heads(tuple(int(x) for x in k_shape), k_l, kv_heads)
+        vb, vh, _, dv = split_heads(tuple(int(x) for x in v_shape), v_l, kv_heads)
 
         mask = None
         if mask_shape is not None:
@@ -57,11 +123,28 @@ class AttentionShapes:
                 strides[axis] = step if full[axis] != 1 else 0
                 step *= full[axis]
             mask = tuple(strides)
-        return cls(b, h, sq, sk, d, dv, lead_strides(k_shape), lead_strides(v_shape), mask)
+        return cls(b, h, sq, sk, d, dv, _strides(b, h, sq, d, q_l), _strides(kb, kh, sk, d, k_l),
+                   _strides(vb, vh, sk, dv, v_l), _strides(b, h, sq, dv, o_l), mask,
+                   max(h // max(kh, 1), 1), max(h // max(vh, 1), 1), int(causal),
+                   float("-inf") if causal_fill is None else float(causal_fill), int(mask_period or 0))
+
+    @classmethod
+    def plain(cls, b, h, sq, sk, d, dv, mask_strides=None, causal: int = 0) -> "AttentionShapes":
+        """Contiguous ``bhsd`` tensors of these sizes, K and V with Q's heads."""
+        return cls(b, h, sq, sk, d, dv, _strides(b, h, sq, d, "bhsd"), _strides(b, h, sk, d, "bhsd"),
+                   _strides(b, h, sk, dv, "bhsd"), _strides(b, h, sq, dv, "bhsd"), mask_strides, causal=causal)
 
     @property
     def has_mask(self) -> bool:
         return self.mask_strides is not None
+
+    @property
+    def skips_keys(self) -> bool:
+        """Whether a causal kernel may leave the keys past the diagonal out: their fill is
+        ``-inf``, or, with no mask to add to it, low enough to weigh nothing (see
+        :data:`MASKED_FILL`)."""
+        fill = self.causal_fill
+        return bool(self.causal) and (fill == float("-inf") or (not self.has_mask and fill <= MASKED_FILL))
 
     def blocks(self, bq: int) -> int:
         """The grid for query tiles of ``bq`` rows."""
@@ -72,16 +155,15 @@ class AttentionShapes:
         blocks = self.blocks(bq)
         mask_strides = self.mask_strides or (0, 0, 0, 0)
         dtype_name = np.dtype(dtype).name
+        ints = (self.sq, self.sk, self.h, *self.q_strides, *self.k_strides, self.k_group,
+                *self.v_strides, self.v_group, *self.o_strides, *mask_strides, self.mask_period or max(self.b, 1))
 
         def launches(ins, outs, workspace):
             if blocks == 0 or self.dv == 0:
                 return []
             q, k, v = (flat(x) for x in ins[:3])
             mask = flat(ins[3]) if self.has_mask else to_device(np.zeros(1, dtype_name))
-            args = (flat(outs[0]), q, k, v, mask, np.int64(self.sq), np.int64(self.sk), np.int64(self.h),
-                    np.int64(self.k_strides[0]), np.int64(self.k_strides[1]),
-                    np.int64(self.v_strides[0]), np.int64(self.v_strides[1]),
-                    *(np.int64(s) for s in mask_strides), np.float32(scale))
+            args = (flat(outs[0]), q, k, v, mask, *(np.int64(x) for x in ints), np.float32(scale))
             return [Launch(kernel, blocks, threads, args, shared_bytes)]
 
         return launches
@@ -95,8 +177,8 @@ def as_is(x):
 
 @functools.lru_cache(maxsize=None)
 def tile_stager(rows: int, cols: int, width: int, at: int, pitch: int, threads: int, convert):
-    """``stage(smem, src, base, count, scale, tid)``: copy ``rows x cols`` of a row-major
-    ``src`` (rows of ``cols`` elements from ``base``; those past ``count`` read as 0) into
+    """``stage(smem, src, base, stride, count, scale, tid)``: copy ``rows x cols`` of ``src``
+    (rows of ``cols`` elements, ``stride`` apart from ``base``; those past ``count`` read as 0) into
     ``smem[at + r * pitch + c]`` for ``c < width`` (columns past ``cols`` zero), scaled and
     passed through ``convert`` (a device function: TF32 rounding, or :func:`as_is`).
     Consecutive threads take consecutive columns (coalesced reads); when ``width`` divides
@@ -106,25 +188,25 @@ def tile_stager(rows: int, cols: int, width: int, at: int, pitch: int, threads: 
         step = threads // width
 
         @jit(device=True)
-        def stage(smem, src, base, count, scale, tid):
+        def stage(smem, src, base, stride, count, scale, tid):
             col = tid % width
             inside = col < cols
             for r in range(tid // width, rows, step):
                 value = zero
                 if inside and r < count:
-                    value = convert(float32(src[base + r * cols + col]) * scale)
+                    value = convert(float32(src[base + r * stride + col]) * scale)
                 smem[at + r * pitch + col] = value
 
         return stage
 
     @jit(device=True)
-    def stage(smem, src, base, count, scale, tid):
+    def stage(smem, src, base, stride, count, scale, tid):
         for e in range(tid, rows * width, threads):
             r = e // width
             col = e - r * width
             value = zero
             if col < cols and r < count:
-                value = convert(float32(src[base + r * cols + col]) * scale)
+                value = convert(float32(src[base + r * stride + col]) * scale)
             smem[at + r * pitch + col] = value
 
     return stage

@@ -16,10 +16,12 @@ or conflict-free. A row's maximum is combined across its ``tx`` threads through 
 shared table; its running sum stays a per-thread partial (all partials are rescaled by
 the same factors) and is combined once at the end.
 
-Rows whose scores are all ``-inf`` give NaN, as the reference softmax does. Compute is
-float32 for float16 and float32 tensors. Shapes: Q ``[B, H, Sq, D]``, K ``[Bk, Hk, Sk,
-D]``, V ``[Bv, Hv, Sk, Dv]`` (``Bk, Bv`` in ``{1, B}``, ``Hk, Hv`` in ``{1, H}``), mask
-broadcastable to ``[B, H, Sq, Sk]``; all C-contiguous.
+A causal kernel scores the keys past a row's diagonal with the op's fill (before the mask
+is added) and, where that weighs nothing, never stages the key tiles wholly past the
+block's last row's diagonal. Rows whose scores are all ``-inf``
+give NaN, as the reference softmax does. Compute is float32 for float16 and float32
+tensors. Q, K, V and the output are strided (:mod:`plugrt_contrib_attention.problem`),
+the mask is C-contiguous and broadcastable to ``[B, H, Sq, Sk]``.
 """
 
 from __future__ import annotations
@@ -135,10 +137,14 @@ class SharedLayout:
 
 @functools.lru_cache(maxsize=None)
 def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool,
-                 guard_nan: bool = False):
+                 guard_nan: bool = False, causal: int = 0, causal_fill: float = float("-inf"),
+                 skip_keys: bool = True):
     """The SIMT kernel for one tile configuration, head sizes, dtype and shape class;
     ``guard_nan``: a row whose softmax is NaN (its sum not positive: every score ``-inf``,
-    or a NaN or ``+inf`` one) stores zeros (the op's ``guard_nan``).
+    or a NaN or ``+inf`` one) stores zeros (the op's ``guard_nan``); ``causal``: the op's
+    (1: row ``i`` sees keys ``j <= i``; 2: ``j <= i + Sk - Sq``): the scores of the other
+    keys are ``causal_fill`` before the mask is added, and with ``skip_keys``
+    (:attr:`AttentionShapes.skips_keys`) the key tiles wholly past the diagonal are left out.
 
     Arguments and grid: :mod:`plugrt_contrib_attention.problem`; dynamic shared memory
     ``layout.nbytes``.
@@ -151,12 +157,14 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     """
     config.check()
     GUARD = bool(guard_nan)
+    CAUSAL, LOWER_RIGHT = int(causal) != 0, int(causal) == 2
+    SKIP, FILL = CAUSAL and bool(skip_keys), float32(causal_fill)
     BQ, BK, TY, TX = config.bq, config.bk, config.ty, config.tx
     RM, RN = config.rows, config.cols
     lay = config.layout(d, dv)
     RD = lay.ldv // TX                      # output columns per thread, whole strips of 4
     NT = config.threads
-    D, DV = d, dv
+    DV = dv
     LDQ, LDK, LDV = lay.ldq, lay.ldk, lay.ldv
     stage_q = tile_stager(BQ, d, lay.d4, lay.q_at, LDQ, NT, as_is)
     stage_k = tile_stager(BK, d, lay.d4, lay.kp_at, LDK, NT, as_is)
@@ -175,7 +183,8 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
     zero = float32(0.0)
     one = float32(1.0)
 
-    def kernel(out, q, k, v, mask, sq, sk, heads, k_sb, k_sh, v_sb, v_sh, m_sb, m_sh, m_sq, m_sk, qscale):
+    def kernel(out, q, k, v, mask, sq, sk, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, k_group, v_sb, v_sh, v_ss,
+               v_group, o_sb, o_sh, o_ss, m_sb, m_sh, m_sq, m_sk, m_period, qscale):
         smem = cuda.shared.array(0, float32)
         s = cuda.local.array(SCORES, float32)     # this tile's scores, then exponents
         acc = cuda.local.array(OUTS, float32)     # output rows, unnormalized
@@ -194,12 +203,13 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
         q0 = (block - bh * qtiles) * BQ
         b = bh // heads
         h = bh - b * heads
-        q_base = (bh * sq + q0) * D
-        k_base = b * k_sb + h * k_sh
-        v_base = b * v_sb + h * v_sh
-        m_base = b * m_sb + h * m_sh
+        q_base = b * q_sb + h * q_sh + q0 * q_ss
+        k_base = b * k_sb + (h // k_group) * k_sh
+        v_base = b * v_sb + (h // v_group) * v_sh
+        m_base = (b % m_period) * m_sb + h * m_sh  # a window mask repeats over the batch
+        diag = sk - sq if LOWER_RIGHT else 0  # a causal row i sees keys up to i + diag
 
-        stage_q(smem, q, q_base, sq - q0, qscale, tid)  # the Q tile, pre-scaled, head dims zero-padded
+        stage_q(smem, q, q_base, q_ss, sq - q0, qscale, tid)  # the Q tile, pre-scaled, head dims zero-padded
         for i in range(RM):
             m[i] = minus_inf
             lsum[i] = zero
@@ -207,10 +217,13 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
                 acc[i * RD + j] = zero
 
         ktiles = (sk + BK - 1) // BK
+        if SKIP:  # no tile wholly past the block's last row's diagonal
+            last = min(q0 + BQ, sq) - 1 + diag
+            ktiles = min(ktiles, last // BK + 1) if last >= 0 else 0
         for kt in range(ktiles):
             k0 = kt * BK
-            stage_k(smem, k, k_base + k0 * D, sk - k0, one, tid)
-            stage_v(smem, v, v_base + k0 * DV, sk - k0, one, tid)
+            stage_k(smem, k, k_base + k0 * k_ss, k_ss, sk - k0, one, tid)
+            stage_v(smem, v, v_base + k0 * v_ss, v_ss, sk - k0, one, tid)
             cuda.syncthreads()
 
             for i in range(SCORES):
@@ -237,6 +250,8 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
                     c = k0 + tx + TX * j
                     value = s[i * RN + j]
                     if even_k or c < sk:
+                        if CAUSAL and c > row + diag:
+                            value = FILL
                         if has_mask and (even_q or row < sq):
                             value += float32(mask[m_base + row * m_sq + c * m_sk])
                     else:
@@ -297,14 +312,16 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
             zeroed = GUARD and not total > zero
             row = q0 + ty + TY * i
             if even_q or row < sq:
-                o_base = (bh * sq + row) * DV
+                o_base = b * o_sb + h * o_sh + row * o_ss
                 for j in range(RD):
                     col = 4 * tx + (j % 4) + 4 * TX * (j // 4)
                     if col < DV:
                         out[o_base + col] = out_type(zero if zeroed else acc[i * RD + j] * inv)
 
     kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}_{dtype_name}{'_mask' if has_mask else ''}"
-                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}")
+                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}"
+                       f"{f'_causal{int(causal)}' if CAUSAL else ''}{'_skip' if SKIP else ''}"
+                       f"{'_fill' if CAUSAL and causal_fill != float('-inf') else ''}")
     if config.min_blocks:
         return jit(kernel, launch_bounds=(NT, config.min_blocks))
     return jit(kernel)
@@ -340,6 +357,6 @@ def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: flo
         return None
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
     kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
-                          bool(guard_nan))
+                          bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
     return Tactic(config.name, launches, config.params())

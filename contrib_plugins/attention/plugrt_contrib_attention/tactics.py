@@ -45,5 +45,5 @@ def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None
 def fits_head_sizes(d: int, dv: int) -> bool:
     """Whether some tactic's tiles fit in shared memory at head sizes ``d`` and ``dv`` (the
     graph pass fuses only what a kernel can run)."""
-    shapes = AttentionShapes(1, 1, 1, 1, d, dv, (0, 0), (0, 0), None)
+    shapes = AttentionShapes.plain(1, 1, 1, 1, d, dv)
     return bool(attention_tactics(shapes, "float32", 1.0, candidates(gpu=True)))

@@ -182,15 +182,19 @@ def warp_steps(ars: int, brs: int, bks: int, emulated: bool):
 
 @functools.lru_cache(maxsize=None)
 def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: bool, even_q: bool, even_k: bool,
-                emulated: bool, guard_nan: bool = False):
+                emulated: bool, guard_nan: bool = False, causal: int = 0, causal_fill: float = float("-inf"),
+                skip_keys: bool = True):
     """The tensor-core kernel for one configuration, head sizes, dtype and shape class
-    (``guard_nan`` as :func:`plugrt_contrib_attention.simt.flash_kernel`'s).
+    (``guard_nan``, ``causal``, ``causal_fill`` and ``skip_keys`` as
+    :func:`plugrt_contrib_attention.simt.flash_kernel`'s).
 
     Arguments and grid: :mod:`plugrt_contrib_attention.problem`; dynamic shared memory
     ``Tf32Layout.nbytes``. ``even_q``/``even_k``: Sq (Sk) is a multiple of ``bq`` (``bk``).
     """
     config.check()
     GUARD = bool(guard_nan)
+    CAUSAL, LOWER_RIGHT = int(causal) != 0, int(causal) == 2
+    SKIP, FILL = CAUSAL and bool(skip_keys), float32(causal_fill)
     BQ, BK, MI, NT = config.bq, config.bk, config.mi, config.threads
     lay = Tf32Layout.of(config, d, dv)
     D, DV, D8 = d, dv, lay.d8
@@ -215,7 +219,8 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
     ULDQ, ULDK, ULDP, ULDV = U(LDQ), U(LDK), U(LDP), U(LDV)
     UQ_AT, UKP_AT, UV_AT = U(Q_AT), U(KP_AT), U(V_AT)
 
-    def kernel(out, q, k, v, mask, sq, sk, heads, k_sb, k_sh, v_sb, v_sh, m_sb, m_sh, m_sq, m_sk, qscale):
+    def kernel(out, q, k, v, mask, sq, sk, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, k_group, v_sb, v_sh, v_ss,
+               v_group, o_sb, o_sh, o_ss, m_sb, m_sh, m_sq, m_sk, m_period, qscale):
         smem = cuda.shared.array(0, float32)
         sacc = cuda.local.array(SACC, float32)   # scores, fragment order (i, j, 4)
         oacc = cuda.local.array(OACC, float32)   # output, fragment order (i, j, 4)
@@ -233,14 +238,15 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
         q0 = (block - bh * qtiles) * BQ
         b = bh // heads
         h = bh - b * heads
-        q_base = (bh * sq + q0) * D
-        k_base = b * k_sb + h * k_sh
-        v_base = b * v_sb + h * v_sh
-        m_base = b * m_sb + h * m_sh
+        q_base = b * q_sb + h * q_sh + q0 * q_ss
+        k_base = b * k_sb + (h // k_group) * k_sh
+        v_base = b * v_sb + (h // v_group) * v_sh
+        m_base = (b % m_period) * m_sb + h * m_sh  # a window mask repeats over the batch
+        diag = sk - sq if LOWER_RIGHT else 0  # a causal row i sees keys up to i + diag
         w0 = warp * WROWS                        # the warp's first row in the block's tile
         ug, ut, uw0 = U(g), U(t), U(w0)
 
-        stage_q(smem, q, q_base, sq - q0, qscale, tid)  # Q tile: pre-scaled, TF32, head dims zero-padded
+        stage_q(smem, q, q_base, q_ss, sq - q0, qscale, tid)  # Q tile: pre-scaled, TF32, head dims zero-padded
         for i in range(ROWS):
             m[i] = minus_inf
             lsum[i] = zero
@@ -248,10 +254,13 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
             oacc[i] = zero
 
         ktiles = (sk + BK - 1) // BK
+        if SKIP:  # no tile wholly past the block's last row's diagonal
+            last = min(q0 + BQ, sq) - 1 + diag
+            ktiles = min(ktiles, last // BK + 1) if last >= 0 else 0
         for kt in range(ktiles):
             k0 = kt * BK
-            stage_k(smem, k, k_base + k0 * D, sk - k0, one, tid)
-            stage_v(smem, v, v_base + k0 * DV, sk - k0, one, tid)
+            stage_k(smem, k, k_base + k0 * k_ss, k_ss, sk - k0, one, tid)
+            stage_v(smem, v, v_base + k0 * v_ss, v_ss, sk - k0, one, tid)
             cuda.syncthreads()
 
             for i in range(SACC):
@@ -274,6 +283,8 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
                             at = (i * NS + j) * 4 + 2 * half + c
                             value = sacc[at]
                             if even_k or col < sk:
+                                if CAUSAL and col > row + diag:
+                                    value = FILL
                                 if has_mask and (even_q or row < sq):
                                     value += float32(mask[m_base + row * m_sq + col * m_sk])
                             else:
@@ -331,7 +342,7 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
                 zeroed = GUARD and not total > zero
                 row = q0 + r
                 if even_q or row < sq:
-                    o_base = (bh * sq + row) * DV
+                    o_base = b * o_sb + h * o_sh + row * o_ss
                     for j in range(NO):
                         for c in range(2):
                             col = 8 * j + 2 * t + c
@@ -340,7 +351,9 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
                                 out[o_base + col] = out_type(value)
 
     kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}_{dtype_name}{'_mask' if has_mask else ''}"
-                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}")
+                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_guard' if GUARD else ''}"
+                       f"{f'_causal{int(causal)}' if CAUSAL else ''}{'_skip' if SKIP else ''}"
+                       f"{'_fill' if CAUSAL and causal_fill != float('-inf') else ''}")
     if config.min_blocks and not emulated:
         return jit(kernel, launch_bounds=(NT, config.min_blocks))
     return jit(kernel)
@@ -373,6 +386,6 @@ def tf32_tactic(config: Tf32Config, shapes: AttentionShapes, dtype, scale: float
     emulated = simulated() if emulated is None else bool(emulated)
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
     kernel = tf32_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
-                         emulated, bool(guard_nan))
+                         emulated, bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
     return Tactic(config.name, launches, config.params(), math="tf32")

@@ -122,3 +122,26 @@ def test_disabling_the_pass_keeps_the_unfused_layers():
     engine = build(make_encoder(), (1, 3, 32), disabled_passes={"contrib-attention:fuse_attention"})
     ops = [layer["op"] for layer in engine.inspect()["layers"]]
     assert QUALIFIED not in ops
+
+
+def test_a_plan_built_before_op_version_1_2_still_runs(rng):
+    """examples/encoder.plan holds a MultiHeadAttention of op version 1.1 (no causal, layout,
+    heads attributes): the op names 1.1 in ``loads_versions``, so the plan loads and its
+    attention runs as it did."""
+    from plugrt.engine import Engine
+    from plugrt.engine.plan_file import read_plan
+
+    plan = MAKE_MODELS.parent / "encoder.plan"
+    if not plan.exists():
+        pytest.skip("examples/encoder.plan is not here")
+    header, _ = read_plan(str(plan))
+    recorded = {layer["op_version"] for layer in header["layers"] if layer["plugin"] == "contrib-attention"}
+    if recorded != {"1.1"}:
+        pytest.skip(f"examples/encoder.plan was rebuilt (op version {sorted(recorded)})")
+    engine = Engine.load(str(plan))
+    assert QUALIFIED in [layer["op"] for layer in engine.inspect()["layers"]]
+    x = rng.standard_normal((2, 8, 32)).astype(np.float32)
+    want = ort.InferenceSession(make_encoder().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"tokens": x})[0]
+    np.testing.assert_allclose(engine.create_execution_context().execute({"tokens": x})["encoded"], want,
+                               rtol=1e-4, atol=1e-5)

@@ -101,11 +101,11 @@ def merged_k(model):
 @pytest.mark.parametrize("scale", ["div", "mul", None])
 def test_torch_export_form_is_fused(scale):
     before, after = check_pass(merged_k(torch_style(scale)), fuse.run, rtol=1e-5, atol=1e-6)
-    assert ops_of(after).count(OP_TYPE) == 1 and "Softmax" not in ops_of(after)
-    # MatMul, the scale, Softmax and MatMul become the op and the Transpose putting K in [B, H, S, D]
-    assert len(after.nodes) == len(before.nodes) - (2 if scale is None else 3)
+    # the product, the scale, Softmax, the product and every head transpose around them: one op
+    assert ops_of(after) == [OP_TYPE] and len(before.nodes) == (7 if scale is None else 8)
     node = fused_node(after)
     assert node.attrs["scale"] == pytest.approx(1.0 if scale is None else 1 / np.sqrt(D))
+    assert node.attrs["layout"] == "bshd,bshd,bshd,bshd" and node.inputs == ("q", "k", "v")
 
 
 def test_mask_and_scale_on_q_and_k():
@@ -149,10 +149,8 @@ def test_a_where_that_is_not_the_nan_guard_is_not_fused():
 def test_whole_pipeline_fuses_the_torch_export_form():
     graph = through_pipeline(torch_style("div", mask=(1, 1, S, S)))
     node = fused_node(graph)
-    producers = graph.producers()
-    k_layout = producers[node.inputs[1]]
-    assert k_layout.op_type == "Transpose" and list(k_layout.attrs["perm"]) == [0, 2, 1, 3]
-    assert "Softmax" not in ops_of(graph)
+    assert ops_of(graph) == [OP_TYPE] and node.inputs == ("q", "k", "v", "mask")  # K read as [B, S, H, D]
+    assert node.attrs["layout"] == "bshd,bshd,bshd,bshd"
     assert OP_TYPE not in ops_of(through_pipeline(torch_style("div"), disabled=[PASS]))
 
 
@@ -214,3 +212,43 @@ def test_the_matmul_familys_transpose_fold_leaves_the_pattern_to_this_pass():
     graph = through_pipeline(torch_style())
     kinds = ops_of(graph)
     assert OP_TYPE in kinds and "FusedMatMul" not in kinds
+
+
+def masked_by_where(fill):
+    """torch_style attention whose scores go through Where(mask, scores, fill), the mask a
+    [B, 1, S, S] bool input."""
+    g = Graph()
+    q, k, v = (g.input(n, (B, H, S, D)) for n in "qkv")
+    scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+    g.inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [B, 1, S, S]))
+    g.op("MatMul", g.op("Softmax", g.op("Where", "keep", scores, g.const("fill", fill))), v)
+    return g.model("y")
+
+
+def test_a_where_over_an_input_mask_with_a_minus_inf_fill_is_an_additive_mask(caplog):
+    """Where(keep, s, -inf) is s + Where(keep, 0, -inf): fused, the Where moved out of the op;
+    with a finite fill (a row it masks whole averages V) it is not, and -v says why."""
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal((B, H, S, D)).astype(np.float32) for n in "qkv"}
+    feeds["keep"] = rng.random((B, 1, S, S)) < 0.7
+    feeds["keep"][..., 0] = True  # no row masked whole (the graph would give NaN there)
+    before, after = check_pass(masked_by_where(-np.inf), fuse.run, feeds=feeds, rtol=1e-5, atol=1e-6)
+    node = fused_node(after)
+    assert node.attrs["causal"] == 0 and ops_of(after) == ["Where", OP_TYPE]
+    assert after.producers()[node.inputs[3]].op_type == "Where"
+    with caplog.at_level("INFO", logger="plugrt.passes.fuse_attention"):
+        before, after = check_pass(masked_by_where(-1e9), fuse.run, feeds=feeds)
+    assert ops_of(after) == ops_of(before) and "fill -1e+09" in caplog.text
+
+
+def test_a_head_transpose_read_elsewhere_stays():
+    """Q's head transpose has a second reader: the op reads Q as [B, H, S, D] and the
+    Transpose stays for the other reader; K, V and the output are taken in."""
+    g = Graph()
+    q, k, v = (g.op("Transpose", g.input(n, (B, S, H, D)), perm=[0, 2, 1, 3]) for n in "qkv")
+    scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+    out = g.op("Transpose", g.op("MatMul", g.op("Softmax", scores), v), perm=[0, 2, 1, 3])
+    g.op("Add", out, g.op("Transpose", g.op("Neg", q), perm=[0, 2, 1, 3]))
+    before, after = check_pass(g.model("y"), fuse.run)
+    node = fused_node(after)
+    assert node.attrs["layout"] == "bhsd,bshd,bshd,bshd" and ops_of(after).count("Transpose") == 2

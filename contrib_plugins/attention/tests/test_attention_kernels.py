@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,6 +99,89 @@ def test_gpu_tiles_on_a_ragged_problem(monkeypatch, rng):
     feeds = {"q": randn(rng, 1, 1, 3, 5), "k": randn(rng, 1, 1, 6, 5), "v": randn(rng, 1, 1, 6, 6),
              "mask": randn(rng, 3, 6)}
     attention(feeds, {"scale": 0.7})
+    attention({n: feeds[n] for n in "qkv"}, {"causal": 2, "layout": "bshd,bhsd,bhsd,bshd"})
+
+
+@pytest.mark.parametrize("causal, sq, sk, masked", [(1, 9, 12, False), (1, 12, 5, True), (2, 9, 12, True),
+                                                    (2, 3, 12, False), (2, 12, 5, True)], ids=lambda x: str(x))
+def test_causal(causal, sq, sk, masked, rng):
+    """Either alignment over ragged tiles, with and without a mask: key tiles wholly past a
+    block's diagonal left out; rows that see no key (lower right, Sq > Sk) zeros (guarded)."""
+    feeds = {"q": randn(rng, 2, 2, sq, 4), "k": randn(rng, 2, 2, sk, 4), "v": randn(rng, 2, 2, sk, 5)}
+    if masked:
+        feeds["mask"] = randn(rng, 2, 1, 1, sk)
+    want = attention(feeds, {"causal": causal, "guard_nan": 1})[0]
+    diag = sk - sq if causal == 2 else 0
+    q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
+    scores = q @ np.swapaxes(k, -1, -2) / 2 + (feeds["mask"] if masked else 0)
+    scores = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + diag, scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        expected = np.nan_to_num((weights / weights.sum(-1, keepdims=True))) @ v
+    np.testing.assert_allclose(want, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_fill_replaces_the_scores_before_the_mask(rng):
+    """``causal_fill`` is the exports' ``Where(causal, s, finfo.min) + mask``: a row whose
+    visible keys are all masked by finfo.min averages V over every key at finfo.min."""
+    low = np.finfo(np.float32).min
+    feeds = {"q": randn(rng, 1, 1, 5, 4), "k": randn(rng, 1, 1, 5, 4), "v": randn(rng, 1, 1, 5, 4)}
+    feeds["mask"] = np.array([low, low, 0, 0, 0], np.float32).reshape(1, 1, 1, 5)
+    got = attention(feeds, {"causal": 1, "causal_fill": float(low)})[0]
+    scores = (feeds["q"] @ np.swapaxes(feeds["k"], -1, -2) / 2).astype(np.float32)
+    with np.errstate(over="ignore"):
+        logits = np.where(np.tri(5, 5, dtype=bool), scores, low) + feeds["mask"]
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, (weights / weights.sum(-1, keepdims=True)) @ feeds["v"], rtol=1e-5, atol=1e-6)
+    # row 1 sees keys 0 and 1, both masked: every key scores finfo.min, the output is V's mean
+    np.testing.assert_allclose(got[0, 0, 1], feeds["v"][0, 0].mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_key_tiles_past_the_diagonal_are_not_read(rng):
+    """Keys 8..11 are past the diagonal of every query row (Sq = 4): with a -inf fill no
+    tactic stages them, so NaN there changes nothing."""
+    from plugrt.onnx.importer import import_model
+    from plugrt.registry import default_registry
+    from plugrt.testing import node_tactics, run_tactic, single_node_model
+
+    feeds = {"q": randn(rng, 1, 2, 4, 4), "k": randn(rng, 1, 2, 12, 4), "v": randn(rng, 1, 2, 12, 4)}
+    want = attention({n: x[:, :, :8] if n != "q" else x for n, x in feeds.items()}, {"causal": 1})[0]
+    poisoned = {n: x.copy() for n, x in feeds.items()}
+    poisoned["k"][:, :, 8:] = poisoned["v"][:, :, 8:] = np.nan
+    registry = default_registry()
+    graph = import_model(single_node_model(OP_TYPE, poisoned, {"causal": 1}, domain=DOMAIN, opset=1),
+                         registry=registry)
+    for tactic in node_tactics(graph, registry):
+        tol = TF32_TOL if tactic.math == "tf32" else RTOL
+        np.testing.assert_allclose(run_tactic(graph, tactic, poisoned)[0], want, rtol=tol, atol=tol,
+                                   err_msg=tactic.name)
+
+
+def test_grouped_kv_heads(rng):
+    """K with 2 heads and V with 1 for Q's 4: query head h reads K head h // 2."""
+    feeds = {"q": randn(rng, 2, 4, 5, 4), "k": randn(rng, 2, 2, 6, 4), "v": randn(rng, 1, 1, 6, 3)}
+    got = attention(feeds, {"causal": 2})[0]
+    repeated = dict(feeds, k=np.repeat(feeds["k"], 2, axis=1))
+    np.testing.assert_allclose(got, attention(repeated, {"causal": 2})[0], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", ["bsh,bsh,bsh,bsh", "bsh,bhsd,bshd,bshd", "bhsd,bsh,bsh,bsh"])
+def test_head_layouts(layout, rng):
+    """Each tensor in its layout, against the same problem in [B, H, S, D]."""
+    b, h, sq, sk, d, kv = 2, 4, 5, 7, 4, 2
+    plain = {"q": randn(rng, b, h, sq, d), "k": randn(rng, b, kv, sk, d), "v": randn(rng, b, kv, sk, d),
+             "mask": randn(rng, b, 1, sq, sk)}
+    want = attention(plain, {"causal": 1})[0]
+    q_l, k_l, v_l, o_l = layout.split(",")
+
+    def laid(x, tensor_layout):
+        swapped = np.ascontiguousarray(np.swapaxes(x, 1, 2))
+        return x if tensor_layout == "bhsd" else swapped if tensor_layout == "bshd" else \
+            swapped.reshape(x.shape[0], x.shape[2], -1)
+
+    feeds = {"q": laid(plain["q"], q_l), "k": laid(plain["k"], k_l), "v": laid(plain["v"], v_l), "mask": plain["mask"]}
+    got = attention(feeds, {"causal": 1, "layout": layout, "num_heads": h, "kv_num_heads": kv})[0]
+    np.testing.assert_allclose(got, laid(want, o_l), rtol=1e-6, atol=1e-7)
 
 
 def test_tactics_are_ordered_and_named():
@@ -120,54 +201,50 @@ def test_tactics_are_ordered_and_named():
     assert len(tactics.attention_tactics(big, np.float32, 1.0, configs)) < len(configs)
 
 
-_TYPING = """
-import os, types as pytypes
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-import numpy as np
-from numba import from_dtype, types
-from numba.cuda.compiler import compile_cuda
-import numba.cuda.dispatcher as dispatcher
-dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(9, 0))
-import plugrt
-from plugrt_contrib_attention import simt, tensor_cores
-
-def arr(dtype):
-    return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
-
-failures = []
-# the scalar and vector shared loads and the tensor-core kernel, each in float32 with a mask
-# and bounds checks and in float16 without (launch bounds only reach ptxas)
-# (the first two with the NaN guard of exports' SDPA)
-cases = [(simt.flash_kernel, simt.GPU_CONFIGS[0], "float32", 64, 64, True, False, True),
-         (simt.flash_kernel, simt.GPU_CONFIGS[1], "float16", 40, 24, False, True, False),
-         (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[0], "float32", 64, 64, True, False, True),
-         (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[1], "float16", 40, 24, False, True, False)]
-for make, config, dtype, d, dv, mask, even, guard in cases:
-    tensor = make is tensor_cores.tf32_kernel
-    flags = (False,) if tensor else ()  # the tensor-core kernel's GPU form, not the emulation
-    kernel = make(config, d, dv, dtype, mask, even, even, *flags, guard_nan=guard)
-    args = (arr(dtype),) * 5 + (types.int64,) * 11 + (types.float32,)
-    try:
-        ir = compile_cuda(kernel.py_func, types.void, args, cc=(9, 0)).library.get_llvm_str()
-        if " double " in ir:
-            failures.append(f"{kernel.__name__}: float64 arithmetic")
-        if not tensor and config.vector and "load <4 x float>" not in ir:
-            failures.append(f"{kernel.__name__}: no 16-byte shared loads")
-        if tensor and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" not in ir:
-            failures.append(f"{kernel.__name__}: no tensor-core mma")
-    except Exception as error:
-        failures.append(f"{kernel.__name__}: {type(error).__name__}: {str(error)[:1500]}")
-print("FAILURES=" + repr(failures))
-"""
-
-
 def test_kernels_compile_for_sm90():
     """The simulator never types kernels: compile every GPU tactic's kernel with Numba's
-    real CUDA target (to LLVM IR for sm_90, no GPU needed), float64-free."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_TYPING)], capture_output=True, text=True,
-                          env=env, timeout=600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("FAILURES=")]
-    if not lines:
-        pytest.skip(f"Numba's CUDA target is not usable here: {done.stderr.strip().splitlines()[-1:]}")
-    assert lines[0] == "FAILURES=[]", lines[0]
+    real CUDA target (to LLVM IR for sm_90, no GPU needed, tests/cuda_typing.py), float64-free:
+    the scalar and vector shared loads and the tensor-core kernel, with and without a mask,
+    bounds checks, the NaN guard, either causal alignment, a causal fill and key-tile skipping
+    (launch bounds only reach ptxas)."""
+    helper_dir = Path(__file__).resolve().parents[3] / "tests"
+    if not (helper_dir / "cuda_typing.py").exists():
+        pytest.skip("tests/cuda_typing.py of the plugrt repository is not available")
+    sys.path.insert(0, str(helper_dir))
+    try:
+        from cuda_typing import compile_kernels
+    finally:
+        sys.path.remove(str(helper_dir))
+    failures = compile_kernels("""
+        from plugrt_contrib_attention import simt, tensor_cores
+
+        low = float(np.finfo(np.float32).min)
+        cases = [(simt.flash_kernel, simt.GPU_CONFIGS[0], "float32", 64, 64, True, False, True, 1, low, False),
+                 (simt.flash_kernel, simt.GPU_CONFIGS[1], "float16", 40, 24, False, True, False, 2, -np.inf, True),
+                 (simt.flash_kernel, simt.GPU_CONFIGS[2], "float32", 64, 64, True, True, False, 0, -np.inf, True),
+                 (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[0], "float32", 64, 64, True, False, True, 2,
+                  low, False),
+                 (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[1], "float16", 40, 24, False, True, False, 1,
+                  -np.inf, True),
+                 (tensor_cores.tf32_kernel, tensor_cores.GPU_CONFIGS[2], "float32", 64, 64, False, True, False, 0,
+                  -np.inf, True)]
+        for make, config, dtype, d, dv, mask, even, guard, causal, fill, skip in cases:
+            tensor = make is tensor_cores.tf32_kernel
+            flags = (False,) if tensor else ()  # the tensor-core kernel's GPU form, not the emulation
+            kernel = make(config, d, dv, dtype, mask, even, even, *flags, guard_nan=guard, causal=causal,
+                          causal_fill=fill, skip_keys=skip)
+            args = (arr(dtype),) * 5 + (I64,) * 22 + (types.float32,)
+            label = kernel.__name__
+            try:
+                ir = compile_cuda(kernel.py_func, types.void, args, cc=(9, 0)).library.get_llvm_str()
+            except Exception as error:
+                RESULTS.append(label + ": " + type(error).__name__ + ": " + str(error)[:1500])
+                continue
+            if " double " in ir:
+                RESULTS.append(label + ": float64 arithmetic")
+            if not tensor and config.vector and "load <4 x float>" not in ir:
+                RESULTS.append(label + ": no 16-byte shared loads")
+            if tensor and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" not in ir:
+                RESULTS.append(label + ": no tensor-core mma")
+    """, timeout=900)
+    assert not failures, "\n".join(failures)
