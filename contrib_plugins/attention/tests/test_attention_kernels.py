@@ -138,16 +138,18 @@ def test_causal_fill_replaces_the_scores_before_the_mask(rng):
 
 
 def test_key_tiles_past_the_diagonal_are_not_read(rng):
-    """Keys 8..11 are past the diagonal of every query row (Sq = 4): with a -inf fill no
-    tactic stages them, so NaN there changes nothing."""
+    """Keys 64..71 are past the diagonal of every query row (Sq = 4) and start a key tile
+    at every tile size offered (4 and 8 here, 32 and 64 on a GPU): with a -inf fill no
+    tactic stages them, so NaN there changes nothing. (Keys inside a staged tile are read:
+    their weight is 0, but 0 * NaN is NaN, as in PyTorch.)"""
     from plugrt.onnx.importer import import_model
     from plugrt.registry import default_registry
     from plugrt.testing import node_tactics, run_tactic, single_node_model
 
-    feeds = {"q": randn(rng, 1, 2, 4, 4), "k": randn(rng, 1, 2, 12, 4), "v": randn(rng, 1, 2, 12, 4)}
-    want = attention({n: x[:, :, :8] if n != "q" else x for n, x in feeds.items()}, {"causal": 1})[0]
+    feeds = {"q": randn(rng, 1, 2, 4, 4), "k": randn(rng, 1, 2, 72, 4), "v": randn(rng, 1, 2, 72, 4)}
+    want = attention({n: x[:, :, :64] if n != "q" else x for n, x in feeds.items()}, {"causal": 1})[0]
     poisoned = {n: x.copy() for n, x in feeds.items()}
-    poisoned["k"][:, :, 8:] = poisoned["v"][:, :, 8:] = np.nan
+    poisoned["k"][:, :, 64:] = poisoned["v"][:, :, 64:] = np.nan
     registry = default_registry()
     graph = import_model(single_node_model(OP_TYPE, poisoned, {"causal": 1}, domain=DOMAIN, opset=1),
                          registry=registry)
