@@ -186,10 +186,12 @@ def vector_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
                     "kernel", device=False), kinds
 
 
-def _vector8_body(program: Program, kinds: Sequence[str], ndim: int, index: str, w: str) -> list[str]:
-    """Source lines computing and storing the :data:`VECTOR` elements from ``index`` (a
-    multiple of 8): float16/float32 leaves laid out like the output by 16-byte vectors,
-    strided ones through one offset decoded for ``index`` plus the last axis's stride."""
+def _vector8_body(program: Program, kinds: Sequence[str], ndim: int, index: str, w: str,
+                  value: str | None = None) -> list[str]:
+    """Source lines computing the :data:`VECTOR` elements from ``index`` (a multiple of 8)
+    and, in a kernel (no ``value``), storing them: float16/float32 leaves laid out like the
+    output by 16-byte vectors, strided ones through one offset decoded for ``index`` plus
+    the last axis's stride. ``value``: an epilogue's anchor values are ``{value}_0..7``."""
     lanes = range(VECTOR)
     strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
     lines = []
@@ -206,10 +208,12 @@ def _vector8_body(program: Program, kinds: Sequence[str], ndim: int, index: str,
             step = f"table[{ndim * (1 + strided.index(k)) + ndim - 1}]"
             lines += [f"a{k}{w}_{u} = {_load(program.leaves[k], f'x{k}[p{k}{w} + {u} * {step}]')}" for u in lanes]
     for u in lanes:
+        anchor = None if value is None else f"{value}_{u}"
         for j, step in enumerate(program.steps):
-            lines.append(f"t{j}{w}_{u} = f{j}({', '.join(_ref(a, None, kinds, f'{w}_{u}') for a in step.args)})")
-    lines += [f"store8(o{r}, {index}, ({', '.join(f't{step}{w}_{u}' for u in lanes)}))"
-              for r, step in enumerate(program.results)]
+            lines.append(f"t{j}{w}_{u} = f{j}({', '.join(_ref(a, anchor, kinds, f'{w}_{u}') for a in step.args)})")
+    if value is None:
+        lines += [f"store8(o{r}, {index}, ({', '.join(f't{step}{w}_{u}' for u in lanes)}))"
+                  for r, step in enumerate(program.results)]
     return lines
 
 
@@ -334,33 +338,16 @@ def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str 
 
 def vector_epilogue(program: Program, out_shape: tuple[int, ...], kinds: Sequence[str]) -> tuple[Callable, tuple]:
     """``(vector, operands loaded by vectors)``: the epilogue for :data:`VECTOR` elements
-    ``i .. i + 7`` of one last-axis row (``i`` a multiple of :data:`VECTOR`). float16 and
-    float32 leaves laid out like the output are read by 16-byte vectors, strided leaves
-    through one offset decoded for ``i`` plus the last axis's stride per element."""
-    ndim, lanes = len(out_shape), range(VECTOR)
+    ``i .. i + 7`` of one last-axis row (``i`` a multiple of :data:`VECTOR`), its loads
+    and calls as :func:`vector8_kernel`'s (:func:`_vector8_body`)."""
     vectored = tuple(k for k, kind in enumerate(kinds)
                      if kind == SAME and np.dtype(program.leaves[k].dtype) in (np.float16, np.float32))
-    strided = [k for k, kind in enumerate(kinds) if kind == STRIDED]
     lines = ["def epilogue(values, i, operands):", "    table = operands[0]"]
     lines += [f"    x{k} = operands[{k + 1}]" for k in range(len(kinds))]
     lines += [f"    a{k} = {_load(program.leaves[k], f'x{k}[0]')}" for k, kind in enumerate(kinds) if kind == SCALAR]
-    if strided:
-        lines += ["    r = i"] + [f"    p{k} = 0" for k in strided]
-        lines += [f"    for d in range({ndim - 1}, -1, -1):", "        c = r % table[d]", "        r //= table[d]"]
-        lines += [f"        p{k} += c * table[{ndim * (1 + s)} + d]" for s, k in enumerate(strided)]
-        lines += [f"    q{k} = table[{ndim * (1 + s) + ndim - 1}]" for s, k in enumerate(strided)]
-    for k, kind in enumerate(kinds):
-        if k in vectored:
-            lines.append(f"    {', '.join(f'a{k}_{u}' for u in lanes)} = load8(x{k}, i)")
-        elif kind == SAME:
-            lines += [f"    a{k}_{u} = {_load(program.leaves[k], f'x{k}[i + {u}]')}" for u in lanes]
-        elif kind == STRIDED:
-            lines += [f"    a{k}_{u} = {_load(program.leaves[k], f'x{k}[p{k} + {u} * q{k}]')}" for u in lanes]
-    lines.append(f"    {', '.join(f'v_{u}' for u in lanes)} = values")
-    for u in lanes:
-        for j, step in enumerate(program.steps):
-            lines.append(f"    t{j}_{u} = f{j}({', '.join(_ref(a, f'v_{u}', kinds, f'_{u}') for a in step.args)})")
-    lines.append(f"    return ({', '.join(f't{program.results[0]}_{u}' for u in lanes)})")
+    lines.append(f"    {', '.join(f'v_{u}' for u in range(VECTOR))} = values")
+    lines += ["    " + line for line in _vector8_body(program, kinds, len(out_shape), "i", "", value="v")]
+    lines.append(f"    return ({', '.join(f't{program.results[0]}_{u}' for u in range(VECTOR))})")
     from plugrt.kernels import vector8
 
     load8 = vector8()[0]
