@@ -3,9 +3,11 @@
 Provides the op ``plugrt.contrib::MultiHeadAttention`` (:mod:`.op`; its kernels in
 :mod:`.simt` and :mod:`.tensor_cores`, ordered in :mod:`.tactics`) and the graph pass
 ``fuse_attention`` (:mod:`.fuse`), which replaces the
-attention subgraph of exported transformers by it. Installed, it is found through the
-entry point group ``plugrt.plugins``; build without the pass with
-``plugrt build --disable-pass contrib-attention:fuse_attention``.
+attention subgraph of exported transformers by it, and then ``pack_projections``
+(:mod:`.pack`), which makes its Q, K and V projections of one input one GEMM that it reads
+in place. Installed, it is found through the entry point group ``plugrt.plugins``; build
+without a pass with ``plugrt build --disable-pass contrib-attention:fuse_attention``
+(or ``:pack_projections``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from plugrt_contrib_attention import fuse
+from plugrt_contrib_attention import fuse, pack
 from plugrt_contrib_attention.op import MultiHeadAttention
 
 __version__ = "0.1.0"
@@ -27,6 +29,13 @@ def plugrt_ops():
     return [MultiHeadAttention()]
 
 
+#: Fusion-stage priorities: packing reads what the attention fusion made.
+FUSE_PRIORITY, PACK_PRIORITY = 100, 110
+
+
 @hookimpl
 def plugrt_passes():
-    return [GraphPass(fuse.NAME, fuse.run, description="MatMul-Softmax-MatMul attention -> MultiHeadAttention")]
+    return [GraphPass(fuse.NAME, fuse.run, priority=FUSE_PRIORITY,
+                      description="MatMul-Softmax-MatMul attention -> MultiHeadAttention"),
+            GraphPass(pack.NAME, pack.run, priority=PACK_PRIORITY,
+                      description="Q/K/V projections of one input -> one GEMM the attention reads in place")]

@@ -187,7 +187,7 @@ def _split(graph, registry, match, bypassed: list):
     return _renewed(node, match, inputs, attrs, sources.bypassed)
 
 
-def _remove_unread(graph, nodes: list) -> None:
+def remove_unread(graph, nodes: list) -> None:
     """Remove those of ``nodes`` whose outputs nothing reads any more, and then the
     producers that leaves unread (the shape computations only they read)."""
     pending = list(nodes)
@@ -214,5 +214,5 @@ def run(graph, registry) -> int:
         if not taken:
             return count
         count += taken
-        _remove_unread(graph, bypassed)
+        remove_unread(graph, bypassed)
         finish(graph, registry)

@@ -17,7 +17,10 @@ the last ``Sq`` of ``Sk`` positions, as GPT-2's sliced ``bias`` says), and ``cau
 (float; absent: ``-inf``): the score of a hidden key, before the mask is added (the
 exports' ``Where(causal, scores, finfo.min) + mask``, exactly); ``mask_period`` (int, 0):
 the mask's batch holds that many entries, batch ``b`` reading entry ``b % mask_period``
-(Swin's shifted-window mask, the batch being images x windows).
+(Swin's shifted-window mask, the batch being images x windows); ``packed`` (ints, empty):
+``[nq, nk, nv]`` says Q, K and V are the columns ``[0, nq)``, ``[nq, nq + nk)`` and
+``[nq + nk, nq + nk + nv)`` of their inputs' ``[B, S, nq + nk + nv]`` rows (layout ``bsh``):
+one packed projection given as all three, read in place (op version 1.3).
 Output ``[B, H, Sq, Dv]`` in its layout, of Q's dtype. float16 and float32 (the mask of
 the same dtype); the kernel computes in float32.
 """
@@ -31,7 +34,7 @@ import numpy as np
 from plugrt import ShapeError
 from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, optional
 
-from plugrt_contrib_attention.problem import AttentionShapes, merged_shape, parse_layout, split_heads
+from plugrt_contrib_attention.problem import AttentionShapes, merged_shape, packed_widths, parse_layout, split_heads
 from plugrt_contrib_attention.tactics import attention_tactics
 
 DOMAIN = "plugrt.contrib"
@@ -56,8 +59,11 @@ def scale_of(node, d) -> float:
 
 def views(node, shapes):
     """``[B, H, S, D]`` dims of Q, K and V (shapes or TensorInfos) as the node's layout
-    reads them; ``None`` for one whose heads do not divide its last dim."""
+    (and ``packed`` columns) reads them; ``None`` for one whose heads do not divide its width."""
     q_l, k_l, v_l, _ = parse_layout(node.attrs.get("layout"))
+    widths = packed_widths(node.attrs.get("packed"))
+    if widths is not None:
+        shapes = [tuple(shape[:2]) + (width,) for shape, width in zip(shapes, widths)]
     q = split_heads(tuple(shapes[0]), q_l, node.attrs.get("num_heads") or None)
     kv_heads = node.attrs.get("kv_num_heads") or (q[1] if q else None)
     return q, split_heads(tuple(shapes[1]), k_l, kv_heads), split_heads(tuple(shapes[2]), v_l, kv_heads)
@@ -85,13 +91,13 @@ class MultiHeadAttention(OpPlugin):
     op_type = OP_TYPE
     domain = DOMAIN
     since_opset = OPSET
-    version = "1.2"  # 1.1: guard_nan; 1.2: causal, causal_fill, layout, num_heads, kv_num_heads, mask_period,
-    # grouped K/V heads
-    loads_versions = ("1.0", "1.1")  # the attributes since default to what those versions did
+    version = "1.3"  # 1.1: guard_nan; 1.2: causal, causal_fill, layout, num_heads, kv_num_heads, mask_period,
+    # grouped K/V heads; 1.3: packed
+    loads_versions = ("1.0", "1.1", "1.2")  # the attributes since default to what those versions did
     inputs = (3, 4)
     attributes = (Attr("scale", "float", None), Attr("guard_nan", "int", 0), Attr("causal", "int", 0),
                   Attr("causal_fill", "float", None), Attr("layout", "string", None), Attr("num_heads", "int", 0),
-                  Attr("kv_num_heads", "int", 0), Attr("mask_period", "int", 0))
+                  Attr("kv_num_heads", "int", 0), Attr("mask_period", "int", 0), Attr("packed", "ints", None))
     dtypes = DTYPES
 
     def check(self, node, inputs):
@@ -105,6 +111,7 @@ class MultiHeadAttention(OpPlugin):
         if layout is None:
             raise self.unsupported(node, f"layout {node.attrs.get('layout')!r}",
                                    "give four of bhsd, bshd, bsh for Q, K, V and the output, comma-separated")
+        self._check_packed(node, inputs[:3], layout)
         for name, info, tensor_layout in (("Q", q, layout[0]), ("K", k, layout[1]), ("V", v, layout[2])):
             if info.rank != RANKS[tensor_layout]:
                 raise self.unsupported(node, f"{name} of rank {info.rank} in layout {tensor_layout}",
@@ -116,6 +123,22 @@ class MultiHeadAttention(OpPlugin):
             raise self.unsupported(node, f"causal={node.attrs.get('causal')}", "give 0, 1 or 2")
         if mask is not None and mask.rank > 4:
             raise self.unsupported(node, f"a mask of rank {mask.rank}", "give a mask broadcastable to [B, H, Sq, Sk]")
+
+    def _check_packed(self, node, inputs, layout) -> None:
+        packed = node.attrs.get("packed")
+        if not packed:
+            return
+        if len(packed) != 3 or any(int(w) < 1 for w in packed):
+            raise self.unsupported(node, f"packed={list(packed)}", "give the widths [nq, nk, nv] of Q, K and V")
+        if layout[:3] != ("bsh", "bsh", "bsh"):
+            raise self.unsupported(node, f"packed Q, K and V in layout {','.join(layout[:3])}",
+                                   "give packed Q, K and V as [batch, sequence, nq + nk + nv] (bsh)")
+        total = sum(int(w) for w in packed)
+        for name, info in zip("QKV", inputs):
+            width = info.shape[-1]
+            if isinstance(width, int) and width != total:
+                raise self.unsupported(node, f"packed {name} of width {width}, not nq + nk + nv = {total}",
+                                       "give the packed projection, its columns Q, K, V side by side")
 
     def infer(self, node, inputs):
         q_info, k_info, v_info = inputs[:3]
@@ -166,9 +189,14 @@ class MultiHeadAttention(OpPlugin):
     def reference(self, node, inputs):
         q_l, k_l, v_l, o_l = parse_layout(node.attrs.get("layout"))
         (b, h, sq, d), (_, hk, sk, _), (_, hv, _, dv) = views(node, [x.shape for x in inputs[:3]])
-        q = _to_bhsd(np.asarray(inputs[0], dtype=np.float64), q_l, h)
-        k = np.repeat(_to_bhsd(np.asarray(inputs[1], dtype=np.float64), k_l, hk), h // hk, axis=1)
-        v = np.repeat(_to_bhsd(np.asarray(inputs[2], dtype=np.float64), v_l, hv), h // hv, axis=1)
+        q, k, v = (np.asarray(x, dtype=np.float64) for x in inputs[:3])
+        widths = packed_widths(node.attrs.get("packed"))
+        if widths is not None:  # each its columns of the packed rows
+            nq, nk, nv = widths
+            q, k, v = q[..., :nq], k[..., nq:nq + nk], v[..., nq + nk:nq + nk + nv]
+        q = _to_bhsd(q, q_l, h)
+        k = np.repeat(_to_bhsd(k, k_l, hk), h // hk, axis=1)
+        v = np.repeat(_to_bhsd(v, v_l, hv), h // hv, axis=1)
         mask = optional(inputs, 3)
         # the products in float64; the fill and the mask in float32, as the kernels (and the
         # exports' Where and Add) apply them: finfo.min + finfo.min is -inf there
@@ -199,7 +227,8 @@ class MultiHeadAttention(OpPlugin):
         shapes = AttentionShapes.of(q.shape, k.shape, v.shape, None if mask is None else mask.shape,
                                     node.attrs.get("layout"), node.attrs.get("num_heads") or 0,
                                     node.attrs.get("kv_num_heads") or 0, node.attrs.get("causal") or 0,
-                                    node.attrs.get("causal_fill"), node.attrs.get("mask_period") or 0)
+                                    node.attrs.get("causal_fill"), node.attrs.get("mask_period") or 0,
+                                    node.attrs.get("packed"))
         return attention_tactics(shapes, q.dtype, scale_of(node, shapes.d),
                                  guard_nan=bool(node.attrs.get("guard_nan")))
 
@@ -238,4 +267,7 @@ class MultiHeadAttention(OpPlugin):
             Example((TensorInfo(f32, (2, 5, 8)), TensorInfo(f32, (2, 5, 4)), TensorInfo(f32, (2, 5, 1, 4))),
                     {"layout": "bsh,bsh,bshd,bsh", "num_heads": 2, "kv_num_heads": 1}, name="heads split and merged",
                     **tol),
+            Example((TensorInfo(f32, (2, 3, 16)),) * 3,
+                    {"layout": "bsh,bsh,bsh,bsh", "num_heads": 2, "kv_num_heads": 1, "packed": [8, 4, 4]},
+                    name="packed projection, grouped K/V heads", **tol),
         ]

@@ -6,6 +6,10 @@ not transposed); ``bsh`` ``[B, S, H * D]`` (the projection itself, heads split b
 kernel). A kernel sees each as element strides of its batch, head and sequence axes
 (the head dim is contiguous). K and V may have fewer heads than Q: query head ``h`` reads
 K/V head ``h // group`` (grouped-query attention; one head shared by all: ``group = H``).
+Packed ``bsh`` inputs (the op's ``packed``: one projection's ``[B, S, Nq + Nk + Nv]``
+holding Q, K and V side by side) are the same strides over the packed row, each starting
+at its columns' offset: the launch passes the kernels views that start there (no copy),
+so every kernel reads the slices as it reads any ``bsh`` tensor.
 
 All kernels of this package take the same arguments, ``(out, q, k, v, mask, sq, sk, heads,
 q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, k_group, v_sb, v_sh, v_ss, v_group, o_sb, o_sh, o_ss,
@@ -74,10 +78,20 @@ def merged_shape(b, h, s, d, layout: str) -> tuple:
     return (b, s, h * d if isinstance(h, int) and isinstance(d, int) else f"{h}*{d}")
 
 
-def _strides(b: int, h: int, s: int, d: int, layout: str) -> tuple[int, int, int]:
-    """Element strides of the batch, head and sequence axes; a batch of 1 strides 0."""
-    batch = 0 if b == 1 else h * s * d
-    return (batch, s * d, d) if layout == "bhsd" else (batch, d, h * d)
+def packed_widths(packed) -> tuple[int, int, int] | None:
+    """``(nq, nk, nv)`` from the op's ``packed`` (absent or empty: ``None``)."""
+    if not packed:
+        return None
+    return tuple(int(w) for w in packed)
+
+
+def _strides(b: int, h: int, s: int, d: int, layout: str, row: int = 0) -> tuple[int, int, int]:
+    """Element strides of the batch, head and sequence axes; a batch of 1 strides 0. A
+    ``bsh`` tensor's rows are ``row`` elements apart (0: ``h * d``, its own width)."""
+    if layout == "bhsd":
+        return (0 if b == 1 else h * s * d), s * d, d
+    row = row if layout == "bsh" and row else h * d
+    return (0 if b == 1 else s * row), d, row
 
 
 @dataclass(frozen=True)
@@ -101,19 +115,30 @@ class AttentionShapes:
     causal: int = 0
     causal_fill: float = float("-inf")
     mask_period: int = 0
+    #: Where Q, K and V start in their inputs (elements): their columns in a packed row.
+    offsets: tuple[int, int, int] = (0, 0, 0)
 
     @classmethod
     def of(cls, q_shape, k_shape, v_shape, mask_shape=None, layout=None, num_heads: int = 0,
-           kv_num_heads: int = 0, causal: int = 0, causal_fill=None, mask_period: int = 0) -> "AttentionShapes":
+           kv_num_heads: int = 0, causal: int = 0, causal_fill=None, mask_period: int = 0,
+           packed=None) -> "AttentionShapes":
         """The problem of concrete shapes in ``layout`` (the op's attribute; ``None``: all
-        ``bhsd``); ``num_heads`` and ``kv_num_heads`` split ``bsh`` tensors; the other
-        arguments are the op's attributes."""
+        ``bhsd``); ``num_heads`` and ``kv_num_heads`` split ``bsh`` tensors; ``packed``
+        ``(nq, nk, nv)``: Q, K and V are those columns of their (``bsh``) inputs' rows, side
+        by side; the other arguments are the op's attributes."""
         q_l, k_l, v_l, o_l = parse_layout(layout)
+        shapes = [tuple(int(x) for x in shape) for shape in (q_shape, k_shape, v_shape)]
+        widths = packed_widths(packed)
+        rows, offsets = (0, 0, 0), (0, 0, 0)
+        if widths is not None:
+            rows = tuple(shape[2] for shape in shapes)
+            offsets = (0, widths[0], widths[0] + widths[1])
+            shapes = [shape[:2] + (width,) for shape, width in zip(shapes, widths)]
         heads = int(num_heads) or None
-        b, h, sq, d = (int(x) for x in split_heads(tuple(int(x) for x in q_shape), q_l, heads))
+        b, h, sq, d = (int(x) for x in split_heads(shapes[0], q_l, heads))
         kv_heads = int(kv_num_heads) or h
-        kb, kh, sk, _ = split_heads(tuple(int(x) for x in k_shape), k_l, kv_heads)
-        vb, vh, _, dv = split_heads(tuple(int(x) for x in v_shape), v_l, kv_heads)
+        kb, kh, sk, _ = split_heads(shapes[1], k_l, kv_heads)
+        vb, vh, _, dv = split_heads(shapes[2], v_l, kv_heads)
 
         mask = None
         if mask_shape is not None:
@@ -123,10 +148,10 @@ class AttentionShapes:
                 strides[axis] = step if full[axis] != 1 else 0
                 step *= full[axis]
             mask = tuple(strides)
-        return cls(b, h, sq, sk, d, dv, _strides(b, h, sq, d, q_l), _strides(kb, kh, sk, d, k_l),
-                   _strides(vb, vh, sk, dv, v_l), _strides(b, h, sq, dv, o_l), mask,
+        return cls(b, h, sq, sk, d, dv, _strides(b, h, sq, d, q_l, rows[0]), _strides(kb, kh, sk, d, k_l, rows[1]),
+                   _strides(vb, vh, sk, dv, v_l, rows[2]), _strides(b, h, sq, dv, o_l), mask,
                    max(h // max(kh, 1), 1), max(h // max(vh, 1), 1), int(causal),
-                   float("-inf") if causal_fill is None else float(causal_fill), int(mask_period or 0))
+                   float("-inf") if causal_fill is None else float(causal_fill), int(mask_period or 0), offsets)
 
     @classmethod
     def plain(cls, b, h, sq, sk, d, dv, mask_strides=None, causal: int = 0) -> "AttentionShapes":
@@ -137,6 +162,14 @@ class AttentionShapes:
     @property
     def has_mask(self) -> bool:
         return self.mask_strides is not None
+
+    def aligned(self, elements: int) -> bool:
+        """Whether every row of Q, K, V and the output starts a multiple of ``elements``
+        into its buffer (offsets and strides; the head dims too): what a kernel reading rows
+        in vectors of ``elements`` needs (8 for 16-byte float16 loads). Packed slices keep it
+        where their column offsets do (``nq`` and ``nq + nk``, multiples of 8 in practice)."""
+        steps = (*self.offsets, *self.q_strides, *self.k_strides, *self.v_strides, *self.o_strides, self.d, self.dv)
+        return all(step % elements == 0 for step in steps)
 
     @property
     def skips_keys(self) -> bool:
@@ -161,7 +194,7 @@ class AttentionShapes:
         def launches(ins, outs, workspace):
             if blocks == 0 or self.dv == 0:
                 return []
-            q, k, v = (flat(x) for x in ins[:3])
+            q, k, v = (flat(x)[at:] if at else flat(x) for x, at in zip(ins[:3], self.offsets))  # views, no copy
             mask = flat(ins[3]) if self.has_mask else to_device(np.zeros(1, dtype_name))
             args = (flat(outs[0]), q, k, v, mask, *(np.int64(x) for x in ints), np.float32(scale))
             return [Launch(kernel, blocks, threads, args, shared_bytes)]
