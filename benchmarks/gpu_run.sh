@@ -26,6 +26,9 @@ fi
 if [ "${PLUGRT_GPU_RUNTIME:-1}" = "1" ]; then  # issue 15's runtime figures (several minutes: builds, torch.compile)
   timeout "${PLUGRT_GPU_RUNTIME_TIMEOUT:-540}" python3 benchmarks/runtime_bench.py --out "$OUT" ${PLUGRT_RUNTIME_ARGS:-} 2>&1 | tail -60
 fi
+if [ "${PLUGRT_GPU_ZOO:-1}" = "1" ]; then  # issue 17's model zoo (torchvision and HF families, FP32 against PyTorch)
+  timeout "${PLUGRT_GPU_ZOO_TIMEOUT:-540}" python3 benchmarks/zoo_bench.py --out "$OUT" ${PLUGRT_ZOO_ARGS:-} 2>&1 | tail -60
+fi
 if [ "${PLUGRT_GPU_FP16:-1}" = "1" ]; then  # issue 16's model figures (FP16 and TF32 builds beside torch.compile)
   timeout "${PLUGRT_GPU_FP16_TIMEOUT:-540}" python3 benchmarks/fp16_bench.py --out "$OUT" ${PLUGRT_FP16_ARGS:-} 2>&1 | tail -40
 fi
