@@ -1,4 +1,4 @@
-"""Registers, spills and shared memory of the GEMM and conv kernels for sm_90, without a GPU.
+"""Registers, spills and shared memory of the GEMM, conv and row-norm kernels for sm_90, without a GPU.
 
 Compiles kernels to PTX with Numba's CUDA target (the device query answered with compute
 capability 9.0, as ``tests/cuda_typing.py`` does) and runs ``ptxas -v`` on each: the cheap
@@ -10,6 +10,7 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
     python3 benchmarks/ptx_resources.py tf32:4,2,4,8,32,3    # one TF32 GEMM tile (wm,wn,mi,ni,bk[,stages])
     python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
     python3 benchmarks/ptx_resources.py nhwc16:2,128,5       # one channels-last conv tile, FP16 (nhwc: TF32)
+    python3 benchmarks/ptx_resources.py rownorm16:1,8,3      # the vector row kernel (warps,rows,vectors a lane), FP16
 
 ptxas's "warpgroup.arrive/wait is injected" notes (C7517/C7519) on a wgmma kernel mean its
 accumulators were touched between an MMA and its wait: the MMAs were serialized.
@@ -40,6 +41,7 @@ from numba.cuda.compiler import compile_ptx  # noqa: E402
 from plugrt_builtin_ops.conv import tf32 as conv_tf32  # noqa: E402
 from plugrt_builtin_ops.conv import wgmma_nhwc  # noqa: E402
 from plugrt_builtin_ops.matmul import simt, tf32, wgmma  # noqa: E402
+from plugrt_builtin_ops.normalization import row_norm, row_norm_vector  # noqa: E402
 
 
 @cuda.jit(device=True)
@@ -102,11 +104,27 @@ def kernels(spec: str | None):
     elif kind in ("nhwc", "nhwc16"):
         config = wgmma.WgmmaConfig(*values)
         yield f"conv {kind} {config.name}", _nhwc(config, kind == "nhwc16"), GEMM_ARGS
+    elif kind in ("rownorm", "rownorm16"):
+        yield from _row_norms(kind == "rownorm16", *values)
     elif kind == "conv":
         config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
-        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma: or conv:")
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, nhwc:, conv: or rownorm:")
+
+
+def _row_norms(half: bool, warps: int, rows: int, vectors: int):
+    """The vector row kernel as LayerNorm (scale, bias, Mean and InvStdDev) and RMSNorm
+    (scale, float32 Y) use it."""
+    data = _arr(np.float16 if half else np.float32)
+    scalars = (types.int64, types.int64, types.float32, types.float32)
+    for centered in (True, False):
+        y = data if centered else F32
+        kernel = row_norm_vector.vector_row_kernel(
+            row_norm_vector.WARP, warps, rows, vectors, row_norm.PER_COL, row_norm.PER_COL if centered else row_norm.ABSENT,
+            centered, row_norm.INV_STD if centered else row_norm.NO_STAT, centered)
+        args = (data, y, *scalars, y, types.int64, y if centered else F32, types.int64, F32, F32)
+        yield f"rownorm {warps}x{rows}x{vectors} {'layer' if centered else 'rms'}", kernel, args
 
 
 def _wgmma(config):
@@ -124,6 +142,9 @@ def _nhwc(config, half: bool):
 
 
 def main() -> int:
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(__doc__)
+        return 0
     if shutil.which("ptxas") is None:
         print("ptxas not found on PATH (it comes with a CUDA toolkit)", file=sys.stderr)
         return 2

@@ -95,8 +95,10 @@ def test_layernorm_empty(rng, shape):
     check_node("LayerNormalization", feeds, {"axis": -1}, n_outputs=3)
 
 
-def test_layernorm_offers_two_geometries(rng):
+def test_layernorm_offers_the_vector_kernel_then_two_geometries(rng):
     feeds = {"x": rand(rng, (4, 32)), "s": rand(rng, (32,))}
+    assert tactic_names("LayerNormalization", feeds) == ["rows_vec8_32x1", "rows32x4", "rows256x1"]
+    feeds = {"x": rand(rng, (4, 36)), "s": rand(rng, (36,))}
     assert tactic_names("LayerNormalization", feeds) == ["rows32x4", "rows256x1"]
 
 

@@ -5,8 +5,9 @@ RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN.
 - :mod:`.fuse_layernorm`, :mod:`.fuse_rmsnorm`: the graph passes recognizing layer and RMS
   normalization written in primitive ops;
 - kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, RMSNorm, InstanceNorm,
-  GroupNorm, MVN, BatchNorm training) and :mod:`.channel_norm` (BatchNorm's per-channel
-  affine and running statistics, LRN).
+  GroupNorm, MVN, BatchNorm training), :mod:`.row_norm_vector` (the same over trailing axes,
+  rows held in registers and moved in 16-byte vectors; offered first where it applies) and
+  :mod:`.channel_norm` (BatchNorm's per-channel affine and running statistics, LRN).
 """
 
 from plugrt import hookimpl

@@ -16,6 +16,7 @@ from plugrt.plugin import (FLOAT_DTYPES, NORMALIZATION, REQUIRED, Attr, Example,
 
 from . import channel_norm
 from .row_norm import ABSENT, INV_STD, ParamIndex, RowNorm, RowView, param_index
+from .row_norm_vector import row_tactics
 
 _STASH_FLOAT = 1  # TensorProto.FLOAT, the only stash_type NumPy can honour exactly
 
@@ -168,8 +169,8 @@ class InstanceNormalization(NormOp):
         shape = _shape(inputs[0])
         view = RowView(shape, tuple(range(2, len(shape))))
         per_channel = param_index(view, _axis_strides(len(shape), 1))
-        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=per_channel,
-                       bias=2, bias_index=per_channel).tactics()
+        return row_tactics(RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=per_channel,
+                                   bias=2, bias_index=per_channel))
 
     def reference(self, node, inputs):
         x, scale, bias = (_wide(i) for i in inputs)
@@ -213,13 +214,13 @@ class LayerNormalization(NormOp):
         bias_index = ParamIndex(ABSENT)
         if bias is not None:
             bias_index = param_index(view, broadcast_strides(_shape(bias), shape))
-        return RowNorm(
+        return row_tactics(RowNorm(
             view, inputs[0].dtype, node.attrs["epsilon"],
             scale=1, scale_index=param_index(view, broadcast_strides(_shape(scale), shape)),
             bias=2 if bias is not None else None, bias_index=bias_index,
             mean_out=1 if optional(outputs, 1) is not None else None,
             stat_out=2 if optional(outputs, 2) is not None else None, second_stat=INV_STD,
-        ).tactics()
+        ))
 
     def reference(self, node, inputs):
         x, scale, bias = _wide(inputs[0]), _wide(inputs[1]), _wide(optional(inputs, 2))
@@ -269,8 +270,8 @@ class RMSNormalization(NormOp):
         shape = _shape(inputs[0])
         view = RowView(shape, tuple(range(node.attrs["axis"] % len(shape), len(shape))))
         scale_index = param_index(view, broadcast_strides(_shape(inputs[1]), shape))
-        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=scale_index,
-                       centered=False).tactics()
+        return row_tactics(RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=scale_index,
+                                   centered=False, y_dtype=inputs[1].dtype))
 
     def reference(self, node, inputs):
         x, scale = _wide(inputs[0]), _wide(inputs[1])
@@ -329,8 +330,8 @@ class GroupNormalization(NormOp):
         else:
             strides = np.array([0, per_group, 1, 0], dtype=np.int64)
         index = param_index(view, strides)
-        return RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=index,
-                       bias=2, bias_index=index).tactics()
+        return row_tactics(RowNorm(view, inputs[0].dtype, node.attrs["epsilon"], scale=1, scale_index=index,
+                                   bias=2, bias_index=index))
 
     def reference(self, node, inputs):
         x, scale, bias = (_wide(i) for i in inputs)
@@ -364,7 +365,7 @@ class MeanVarianceNormalization(NormOp):
     def tactics(self, node, inputs, outputs):
         shape = _shape(inputs[0])
         axes = tuple(sorted({a % len(shape) for a in node.attrs["axes"]})) if shape else ()
-        return RowNorm(RowView(shape, axes), inputs[0].dtype, 0.0, eps_out=1e-9).tactics()
+        return row_tactics(RowNorm(RowView(shape, axes), inputs[0].dtype, 0.0, eps_out=1e-9))
 
     def reference(self, node, inputs):
         x = _wide(inputs[0])
