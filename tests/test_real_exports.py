@@ -25,6 +25,14 @@ ATTENTION = "plugrt.contrib::MultiHeadAttention"
 
 #: name -> attention blocks the export has (every one fused).
 MODELS = {"bert": 2, "bert_mask": 2, "gpt2": 2, "llama": 2, "t5_encoder": 2, "swin": 4, "vit": 2}
+#: Exports whose attention reads Q, K and V in place from one projection GEMM (contrib-attention's
+#: pack_projections: BERT's and T5's three MatMuls packed, GPT-2's Split of c_attn read through).
+#: The rest also have one projection GEMM per block but slice it with layout ops (torchvision's
+#: in_proj), or three, with the rotary embedding between them and the attention (LLaMA).
+PACKED = {"bert", "bert_mask", "gpt2", "t5_encoder"}
+#: Projection GEMMs per attention block.
+GEMMS_PER_BLOCK = {"llama": 3}
+GEMMS = {"MatMul", "Gemm", "plugrt.matmul::FusedMatMul"}
 
 
 def build(name: str):
@@ -43,6 +51,26 @@ def layer_ops(engine) -> collections.Counter:
     return collections.Counter(engine.graph.nodes[layer.node_index].qualified_op for layer in engine.layers)
 
 
+def is_gemm(node) -> bool:
+    if node.qualified_op == "plugrt.fused::Fused":
+        return node.attrs["body"][0]["op_type"] in ("MatMul", "Gemm")
+    return node.qualified_op in GEMMS
+
+
+def projection_gemms(graph, attention) -> set:
+    """The GEMM nodes Q, K and V come from (back through each node's first input)."""
+    producers, found = graph.producers(), set()
+    for name in attention.inputs[:3]:
+        node = producers.get(name)
+        for _ in range(12):
+            if node is None or is_gemm(node):
+                break
+            node = producers.get(node.inputs[0])
+        assert node is not None, f"{attention.name}: input {name!r} comes from no GEMM"
+        found.add(node.name)
+    return found
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_real_export_builds_matches_pytorch_and_fuses_its_attention(name):
     engine, feeds, want = build(name)
@@ -53,3 +81,10 @@ def test_a_real_export_builds_matches_pytorch_and_fuses_its_attention(name):
     error = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     assert error <= 1e-4, f"{name}: relative error {error:.3g} against PyTorch"
     assert ops[ATTENTION] == MODELS[name] and not ops["Softmax"], f"{name}: attention not all fused: {dict(ops)}"
+    attentions = [node for node in engine.graph.nodes if node.qualified_op == ATTENTION]
+    for node in attentions:
+        gemms = projection_gemms(engine.graph, node)
+        assert len(gemms) == GEMMS_PER_BLOCK.get(name, 1), f"{name}: {node.name} reads projections {gemms}"
+        packed = len(set(node.inputs[:3])) == 1 and bool(node.attrs.get("packed"))
+        assert packed == (name in PACKED), f"{name}: {node.name} inputs {node.inputs[:3]}, {node.attrs}"
+    assert not ops["Split"], f"{name}: a Split left: {dict(ops)}"
