@@ -21,12 +21,12 @@ def test_registered_through_the_entry_point():
     record = registry.plugins["contrib-attention"]
     assert record.distribution == "plugrt-contrib-attention"
     assert [op.op_type for op in record.ops] == ["MultiHeadAttention"]
-    assert [p.name for p in record.passes] == ["fuse_attention"]
+    assert [p.name for p in record.passes] == ["fuse_attention", "pack_projections"]
     assert not [failure for failure in registry.failures if failure.name == "contrib-attention"]
 
 
-def load(**feeds):
-    model = single_node_model("MultiHeadAttention", feeds, domain="plugrt.contrib", opset=1)
+def load(attrs=None, **feeds):
+    model = single_node_model("MultiHeadAttention", feeds, attrs, domain="plugrt.contrib", opset=1)
     return import_model(model, registry=default_registry())
 
 
@@ -40,3 +40,17 @@ def test_bad_inputs_are_refused_naming_the_node():
         load(q=f32[0], k=f32[0], v=f32[0])
     with pytest.raises(UnsupportedError, match="K of dtype float16.*cast"):
         load(q=f32, k=f32.astype(np.float16), v=f32)
+
+
+def test_bad_packing_is_refused():
+    packed = np.zeros((1, 3, 24), np.float32)
+    heads = {"num_heads": 2, "kv_num_heads": 2}
+    with pytest.raises(UnsupportedError, match=r"packed Q, K and V in layout bhsd.*\(bsh\)"):
+        load({"packed": [8, 8, 8]}, q=np.zeros((1, 2, 3, 4), np.float32), k=np.zeros((1, 2, 3, 4), np.float32),
+             v=np.zeros((1, 2, 3, 4), np.float32))
+    with pytest.raises(UnsupportedError, match="packed K of width 16, not nq \\+ nk \\+ nv = 24"):
+        load({"layout": "bsh,bsh,bsh,bsh", "packed": [8, 8, 8], **heads}, q=packed, k=packed[..., :16], v=packed)
+    with pytest.raises(UnsupportedError, match=r"packed=\[8, 0, 16\]"):
+        load({"layout": "bsh,bsh,bsh,bsh", "packed": [8, 0, 16], **heads}, q=packed, k=packed, v=packed)
+    with pytest.raises(ShapeError, match="head size 4 differs from K's 2"):
+        load({"layout": "bsh,bsh,bsh,bsh", "packed": [8, 4, 12], **heads}, q=packed, k=packed, v=packed)

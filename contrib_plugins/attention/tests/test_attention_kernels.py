@@ -186,6 +186,32 @@ def test_head_layouts(layout, rng):
     np.testing.assert_allclose(got, laid(want, o_l), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("heads, kv_heads, d", [(2, 2, 8), (3, 1, 4)], ids=["aligned", "offsets_not_of_8"])
+def test_packed_projection_read_in_place(heads, kv_heads, d, dtype, rng):
+    """Q, K and V as column slices of one [B, S, nq + nk + nv] tensor (``packed``): every
+    tactic reads them at their offsets, against float64 NumPy; the 16-byte alignment
+    kernels need holds where the offsets are multiples of 8 elements."""
+    b, s, nq, nk = 2, 5, heads * d, kv_heads * d
+    x = randn(rng, b, s, nq + 2 * nk, dtype=dtype)
+    attrs = {"layout": "bsh,bsh,bsh,bsh", "num_heads": heads, "kv_num_heads": kv_heads, "packed": [nq, nk, nk]}
+    tol = dict(rtol=1e-2, atol=2e-3, tf32_tol=1e-2) if dtype == np.float16 else {}
+    got = attention({"q": x, "k": x, "v": x}, attrs, **tol)[0]
+
+    def heads_of(columns, count):
+        return np.repeat(columns.astype(np.float64).reshape(b, s, count, d).swapaxes(1, 2), heads // count, axis=1)
+
+    q, k, v = heads_of(x[..., :nq], heads), heads_of(x[..., nq:nq + nk], kv_heads), heads_of(x[..., nq + nk:], kv_heads)
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = ((weights / weights.sum(-1, keepdims=True)) @ v).swapaxes(1, 2).reshape(b, s, nq)
+    np.testing.assert_allclose(got, want, rtol=1e-2 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+    shapes = AttentionShapes.of(x.shape, x.shape, x.shape, layout=attrs["layout"], num_heads=heads,
+                                kv_num_heads=kv_heads, packed=attrs["packed"])
+    assert shapes.offsets == (0, nq, nq + nk) and shapes.q_strides == (s * x.shape[2], d, x.shape[2])
+    assert shapes.aligned(8) == (nq % 8 == 0 and nk % 8 == 0 and d % 8 == 0)
+
+
 def test_tactics_are_ordered_and_named():
     shapes = AttentionShapes.of((8, 12, 512, 64), (8, 12, 512, 64), (8, 12, 512, 64))
     configs = tactics.candidates(gpu=True)
