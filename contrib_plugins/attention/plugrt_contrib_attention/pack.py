@@ -130,8 +130,8 @@ def _widths(graph, values) -> tuple[int, ...] | None:
     return widths if all(isinstance(w, int) for w in widths) else None
 
 
-def _packed_projection(graph, registry, node, projections: list[Projection]):
-    """Add the packed MatMul (and bias Add) next to the first projection; its output's name."""
+def _packed_projection(graph, registry, node, projections: list[Projection]) -> str | None:
+    """Add the packed MatMul (and bias Add) before the first projection; its output's name."""
     weights = [p.weight for p in projections]
     members = [n for p in projections for n in p.nodes]
     matmul = projections[0].nodes[0]
@@ -147,6 +147,8 @@ def _packed_projection(graph, registry, node, projections: list[Projection]):
         unbiased, packed = packed, fresh_name(graph, f"{node.name}/qkv_biased")
         nodes.append(make_node(graph, registry, "Add", [unbiased, bias], [packed], opset=add.opset,
                                name=fresh_name(graph, f"{node.name}/QKV bias"), origin=origin))
+    if any(made is None for made in nodes):
+        return None  # no MatMul or Add plugin installed: nothing inserted, the constants go as dead code
     insert_nodes(graph, min(graph.nodes.index(n) for n in members), nodes)
     return packed
 
@@ -204,6 +206,8 @@ def _pack(graph, registry, node) -> bool:
     elif widths is None:
         return kept_apart(node, "the Split's output widths are not known")
     packed = split.inputs[0] if split is not None else _packed_projection(graph, registry, node, projections)
+    if packed is None:
+        return kept_apart(node, "no installed plugin provides MatMul or Add")
     attrs = dict(node.attrs, num_heads=heads[0], kv_num_heads=heads[1], packed=list(widths),
                  layout=",".join(("bsh", "bsh", "bsh", parse_layout(node.attrs.get("layout"))[3])))
     replace_node(graph, node, node.replace(inputs=(packed,) * 3 + tuple(node.inputs[3:]), attrs=attrs))
