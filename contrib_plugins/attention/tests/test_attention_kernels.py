@@ -195,8 +195,8 @@ def test_packed_projection_read_in_place(heads, kv_heads, d, dtype, rng):
     b, s, nq, nk = 2, 5, heads * d, kv_heads * d
     x = randn(rng, b, s, nq + 2 * nk, dtype=dtype)
     attrs = {"layout": "bsh,bsh,bsh,bsh", "num_heads": heads, "kv_num_heads": kv_heads, "packed": [nq, nk, nk]}
-    tol = dict(rtol=1e-2, atol=2e-3, tf32_tol=1e-2) if dtype == np.float16 else {}
-    got = attention({"q": x, "k": x, "v": x}, attrs, **tol)[0]
+    half = dtype == np.float16
+    got = attention({"q": x, "k": x, "v": x}, attrs, **(dict(rtol=1e-2, atol=2e-3, tf32_tol=1e-2) if half else {}))[0]
 
     def heads_of(columns, count):
         return np.repeat(columns.astype(np.float64).reshape(b, s, count, d).swapaxes(1, 2), heads // count, axis=1)
@@ -205,7 +205,7 @@ def test_packed_projection_read_in_place(heads, kv_heads, d, dtype, rng):
     scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     want = ((weights / weights.sum(-1, keepdims=True)) @ v).swapaxes(1, 2).reshape(b, s, nq)
-    np.testing.assert_allclose(got, want, rtol=1e-2 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-2 if half else 1e-5, atol=2e-3 if half else 1e-6)
     shapes = AttentionShapes.of(x.shape, x.shape, x.shape, layout=attrs["layout"], num_heads=heads,
                                 kv_num_heads=kv_heads, packed=attrs["packed"])
     assert shapes.offsets == (0, nq, nq + nk) and shapes.q_strides == (s * x.shape[2], d, x.shape[2])
