@@ -1,4 +1,4 @@
-"""Registers, spills and shared memory of the GEMM, conv and row-norm kernels for sm_90, without a GPU.
+"""Registers, spills and shared memory of the GEMM, conv, row-norm and attention kernels for sm_90, without a GPU.
 
 Compiles kernels to PTX with Numba's CUDA target (the device query answered with compute
 capability 9.0, as ``tests/cuda_typing.py`` does) and runs ``ptxas -v`` on each: the cheap
@@ -11,6 +11,11 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
     python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
     python3 benchmarks/ptx_resources.py nhwc16:2,128,5       # one channels-last conv tile, FP16 (nhwc: TF32)
     python3 benchmarks/ptx_resources.py rownorm16:1,8,3      # the vector row kernel (warps,rows,vectors a lane), FP16
+    python3 benchmarks/ptx_resources.py attn16:4,1,64,3,128  # one FP16 attention tile (warps,mi,bk,min_blocks[,d[,dv]])
+
+With no CUDA toolkit's ``libnvrtc`` (Numba asks NVRTC which architectures it supports),
+``pip install --target DIR nvidia-cuda-nvrtc`` and put ``DIR/nvidia/cu13/lib`` on
+``LD_LIBRARY_PATH``.
 
 ptxas's "warpgroup.arrive/wait is injected" notes (C7517/C7519) on a wgmma kernel mean its
 accumulators were touched between an MMA and its wait: the MMAs were serialized.
@@ -42,6 +47,11 @@ from plugrt_builtin_ops.conv import tf32 as conv_tf32  # noqa: E402
 from plugrt_builtin_ops.conv import wgmma_nhwc  # noqa: E402
 from plugrt_builtin_ops.matmul import simt, tf32, wgmma  # noqa: E402
 from plugrt_builtin_ops.normalization import row_norm, row_norm_vector  # noqa: E402
+
+try:  # the contrib attention plugin, when installed
+    from plugrt_contrib_attention import tensor_cores_f16 as attention_f16  # noqa: E402
+except ImportError:
+    attention_f16 = None
 
 
 @cuda.jit(device=True)
@@ -88,6 +98,8 @@ def kernels(spec: str | None):
             yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
         for config in wgmma_nhwc.GPU_CONFIGS:
             yield f"conv nhwc16 {config.name}", _nhwc(config, True), GEMM_ARGS
+        for config in attention_f16.GPU_CONFIGS if attention_f16 else ():
+            yield from _attention_f16(config, 64, 64)
         return
     kind, _, numbers = spec.partition(":")
     values = [int(v) for v in numbers.split(",")]
@@ -106,11 +118,14 @@ def kernels(spec: str | None):
         yield f"conv {kind} {config.name}", _nhwc(config, kind == "nhwc16"), GEMM_ARGS
     elif kind in ("rownorm", "rownorm16"):
         yield from _row_norms(kind == "rownorm16", *values)
+    elif kind == "attn16":
+        d = values[4] if len(values) > 4 else 64
+        yield from _attention_f16(attention_f16.F16Config(*values[:4]), d, values[5] if len(values) > 5 else d)
     elif kind == "conv":
         config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
-        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, nhwc:, conv: or rownorm:")
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, nhwc:, conv:, rownorm: or attn16:")
 
 
 def _row_norms(half: bool, warps: int, rows: int, vectors: int):
@@ -125,6 +140,15 @@ def _row_norms(half: bool, warps: int, rows: int, vectors: int):
             centered, row_norm.INV_STD if centered else row_norm.NO_STAT, centered)
         args = (data, y, *scalars, y, types.int64, y if centered else F32, types.int64, F32, F32)
         yield f"rownorm {warps}x{rows}x{vectors} {'layer' if centered else 'rms'}", kernel, args
+
+
+def _attention_f16(config, d: int, dv: int):
+    """The FP16 attention kernel with a mask and ragged tiles, in its 16-byte-copy and
+    element-copy forms."""
+    args = (_arr(np.float16),) * 5 + (types.int64,) * 22 + (types.float32,)
+    for vector in (True, False):
+        kernel = attention_f16.f16_kernel(config, d, dv, True, False, False, vector, False)
+        yield f"attention {config.name} d{d}/{dv}{' vector' if vector else ''}", kernel, args
 
 
 def _wgmma(config):

@@ -5,8 +5,9 @@ after plugrt chose GPU or simulator), :func:`jit` (``cuda.jit`` minus the option
 simulator refuses), launch-geometry helpers and the epilogue contract of anchors (the
 broadcasting elementwise kernel made from a scalar device function is the fusion code's:
 :func:`plugrt.plugin.pointwise_tactic`).
-The toolkit holds index arithmetic and hardware primitives (16-byte vector access, TF32
-tensor-core instructions) only; the math is always the plugin's.
+The toolkit holds index arithmetic and hardware primitives (16-byte vector access; TF32 and
+FP16 tensor-core instructions, ``ldmatrix`` and ``cp.async`` as inline PTX, from
+:mod:`plugrt.inline_ptx`) only; the math is always the plugin's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: `for x in literal_unroll(t)`)
 
 from plugrt.device import simulated
+from plugrt.inline_ptx import (CP_ASYNC_ZFILL_PTX, CVT_F16X2_PTX, CVT_TF32_PTX, MMA_F16_PTX, MMA_TF32_PTX,  # noqa: F401
+                               SHARED_ADDRESS_PTX, async_copy16, element_address, f16_mma, ldmatrix, ldmatrix_ptx,
+                               ptx_statement, shared_address, tf32_mma)
 
 #: ``cuda.jit`` options the simulator raises on; :func:`jit` drops them there.
 _GPU_ONLY_OPTIONS = ("lineinfo", "max_registers", "lto", "launch_bounds", "forceinline", "fastmath")
@@ -239,78 +243,6 @@ def vector8():
     return load8, store8
 
 
-def element_address(context, builder, array_type, array, index_type, index):
-    """Inside an ``@intrinsic``'s codegen: the generic address of ``array[index]`` as a
-    64-bit integer, the operand inline PTX takes (``l`` constraint) for a memory address."""
-    from llvmlite import ir
-    from numba import types
-
-    data = context.make_array(array_type)(context, builder, array).data
-    offset = context.cast(builder, index, index_type, types.int64)
-    return builder.ptrtoint(builder.gep(data, [offset]), ir.IntType(64))
-
-
-@functools.lru_cache(maxsize=None)
-def ptx_statement(ptx: str):
-    """An ``@intrinsic`` of no arguments running one inline-PTX statement, ordered like a
-    memory access (a fence, a commit or wait of asynchronous copies; GPU target only)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def statement(typingctx):
-        def codegen(context, builder, sig, args):
-            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True), [])
-            return context.get_dummy_value()
-        return types.void(), codegen
-
-    return statement
-
-
-#: The PTX of :func:`tf32_mma` (also what ``ptxas`` checks in the tests).
-CVT_TF32_PTX = "cvt.rna.tf32.f32 $0, $1;"
-MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-
-
-@functools.lru_cache(maxsize=None)
-def tf32_mma():
-    """``(to_tf32, mma_m16n8k8)``: TF32 tensor-core primitives as ``@intrinsic`` inline PTX
-    (GPU target only; the simulator runs no inline PTX: emulate with :func:`round_tf32`).
-
-    ``to_tf32(x)`` is ``cvt.rna.tf32.f32`` (float32 in, TF32 value as float32 bits out);
-    ``mma_m16n8k8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` is one warp's
-    ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, operands TF32 values in float32
-    registers in the fragment layout of the PTX ISA, returning the four accumulators.
-    """
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-
-    @intrinsic
-    def to_tf32(typingctx, x):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), CVT_TF32_PTX, "=r,f")
-            return builder.bitcast(builder.call(asm, [args[0]]), f32)
-        return types.float32(types.float32), codegen
-
-    @intrinsic
-    def mma_m16n8k8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        def codegen(context, builder, sig, args):
-            out = ir.LiteralStructType([f32] * 4)
-            asm = ir.InlineAsm(ir.FunctionType(out, [i32] * 6 + [f32] * 4), MMA_TF32_PTX,
-                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
-            operands = [builder.bitcast(v, i32) for v in args[:6]] + list(args[6:])
-            result = builder.call(asm, operands)
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(result, k) for k in range(4)])
-        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
-
-    return to_tf32, mma_m16n8k8
-
-
 @jit(device=True)
 def round_tf32(x):
     """float32 rounded to TF32 (10 mantissa bits, nearest, ties away), as ``cvt.rna`` does:
@@ -437,4 +369,6 @@ __all__ = [
     "Epilogue", "no_epilogue",
     # hardware primitives
     "vector4", "vector8", "VECTOR", "element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
+    "f16_mma", "shared_address", "ldmatrix", "ldmatrix_ptx", "async_copy16", "CVT_F16X2_PTX", "MMA_F16_PTX",
+    "CP_ASYNC_ZFILL_PTX", "SHARED_ADDRESS_PTX",
 ]

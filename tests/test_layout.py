@@ -23,7 +23,7 @@ BUILTINS = ROOT / "builtin_ops"
 LAYERS = (
     ("foundation", ("plugrt", "plugrt.errors", "plugrt.device", "plugrt.files", "plugrt.paths")),
     ("data", ("plugrt.ir", "plugrt.ir.dims", "plugrt.ir.tensor", "plugrt.ir.graph", "plugrt.tactic")),
-    ("kernel toolkit", ("plugrt.kernels", "plugrt.kernel_cache", "plugrt.binaries", "plugrt.launcher", "plugrt.fusion", "plugrt.fusion.codegen")),
+    ("kernel toolkit", ("plugrt.kernels", "plugrt.inline_ptx", "plugrt.kernel_cache", "plugrt.binaries", "plugrt.launcher", "plugrt.fusion", "plugrt.fusion.codegen")),
     ("plugin contract", ("plugrt.plugin", "plugrt.hookspecs")),
     ("graph analysis", ("plugrt.ir.attributes", "plugrt.ir.infer", "plugrt.ir.validate", "plugrt.ir.specialize", "plugrt.bindings",
                         "plugrt.fusion.op")),

@@ -5,21 +5,32 @@ it is what the tuner verifies the others against), then the TF32 tensor-core ker
 (``math="tf32"``: dropped when the builder forbids TF32), then the SIMT kernels with
 16-byte shared-memory loads. The tuner times the first few at its default level, so the
 likeliest winners come early in each family.
+
+float16 data also gets the FP16 tensor-core kernels (:func:`for_dtype`): on a GPU first,
+two of them and then the first TF32 one, so the default level times those three (the
+first FP16 tactic is then the tuner's reference, as the FP16 GEMM is for float16
+products); in the simulator, where the first tactic wins untimed, after the plain one.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from plugrt.kernels import simulated
 from plugrt.plugin import Tactic
 
-from plugrt_contrib_attention import simt, tensor_cores
+from plugrt_contrib_attention import simt, tensor_cores, tensor_cores_f16
 from plugrt_contrib_attention.problem import AttentionShapes
 
 
+def _on_gpu(gpu: bool | None) -> bool:
+    return not simulated() if gpu is None else bool(gpu)
+
+
 def candidates(gpu: bool | None = None) -> tuple:
-    """The configurations offered, both kernels', on a GPU (``gpu``; default: when not in
-    the simulator, which gets tiny tiles of the same code)."""
-    if not (not simulated() if gpu is None else gpu):
+    """The configurations offered for any dtype, the SIMT and TF32 kernels', on a GPU
+    (``gpu``; default: when not in the simulator, which gets tiny tiles of the same code)."""
+    if not _on_gpu(gpu):
         plain, *vector = simt.SIM_CONFIGS
         return (plain, *tensor_cores.SIM_CONFIGS, *vector)
     plain, first, *rest = simt.GPU_CONFIGS
@@ -27,13 +38,34 @@ def candidates(gpu: bool | None = None) -> tuple:
     return (plain, tf32_first, tf32_second, first, *rest, *tf32_rest)
 
 
+def f16_candidates(gpu: bool | None = None) -> tuple:
+    """The FP16 tensor-core configurations (float16 data only), on a GPU or in the simulator."""
+    return tensor_cores_f16.GPU_CONFIGS if _on_gpu(gpu) else tensor_cores_f16.SIM_CONFIGS
+
+
+def for_dtype(configs, dtype, gpu: bool | None = None) -> tuple:
+    """``configs`` (:func:`candidates`) in the order for ``dtype``'s data: for float16 with
+    the FP16 configurations, on a GPU the first two of them, then the first TF32 one, the
+    rest of ``configs`` and the other FP16 ones; in the simulator after the first."""
+    configs = tuple(configs)
+    if np.dtype(dtype) != np.float16 or not configs:
+        return configs
+    f16 = f16_candidates(gpu)
+    if not _on_gpu(gpu):
+        return (configs[0], *f16, *configs[1:])
+    tf32 = [c for c in configs if isinstance(c, tensor_cores.Tf32Config)][:1]
+    return (*f16[:2], *tf32, *(c for c in configs if c not in tf32), *f16[2:])
+
+
 def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
                       guard_nan: bool = False) -> list[Tactic]:
-    """The tactics for a problem, in preference order; ``configs`` replaces :func:`candidates`;
-    ``guard_nan``: the op's attribute."""
+    """The tactics for a problem, in preference order; ``configs`` replaces
+    :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute."""
     tactics = []
-    for config in configs if configs is not None else candidates():
-        if isinstance(config, tensor_cores.Tf32Config):
+    for config in configs if configs is not None else for_dtype(candidates(), dtype):
+        if isinstance(config, tensor_cores_f16.F16Config):
+            tactic = tensor_cores_f16.f16_tactic(config, shapes, dtype, scale, guard_nan=guard_nan)
+        elif isinstance(config, tensor_cores.Tf32Config):
             tactic = tensor_cores.tf32_tactic(config, shapes, dtype, scale, guard_nan=guard_nan)
         else:
             tactic = simt.flash_tactic(config, shapes, dtype, scale, guard_nan)
