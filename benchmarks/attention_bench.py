@@ -1,5 +1,6 @@
 """Fused attention benchmark (GPU only): plugrt-contrib-attention's MultiHeadAttention
-against the unfused subgraph and PyTorch's scaled_dot_product_attention, float32.
+against the unfused subgraph and PyTorch's scaled_dot_product_attention, float32 (or
+float16: ``--fp16``).
 
 At batch 8, 12 heads, 512 tokens, head size 64 (BERT-base attention), one ONNX model,
 ``softmax(Q K^T / sqrt(64)) V`` written as exporters write it (MatMul, Transpose, Div,
@@ -22,6 +23,12 @@ the fused op is timed and checked on its own (what the tuner chose from).
 "unfused_tf32", "unfused_fp32", "torch_sdpa", "tactics", "speedup_vs_unfused_tf32", ...}``
 (times in ms; each engine entry names the tactic the tuner chose per layer) and prints a
 short table.
+
+``attention_benchmark(dtype="float16")`` (``--fp16``; ``--bert`` for BERT-base's batch 32,
+128 tokens) builds the float32 model as an FP16 engine: ``fused_fp16`` (TF32 allowed),
+``fused_fp16_no_tf32`` and ``unfused_fp16``, checked at ``1e-2`` of torch's fp32 result,
+against torch SDPA on float16 tensors; the tactic sweep runs every tactic of the fused op
+on float16 tensors (the FP16 tensor-core ones first).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ PLUGIN_SOURCE = os.path.join(os.path.dirname(HERE), "contrib_plugins", "attentio
 FUSE_PASS = "contrib-attention:fuse_attention"
 FP32_TOL = 1e-4
 TF32_TOL = 5e-3
+FP16_TOL = 1e-2
 
 
 def attention_model(batch: int, heads: int, seq: int, head: int, mask: bool = False):
@@ -119,7 +127,8 @@ def _engine_result(model, registry, feeds: dict, want: np.ndarray, tolerance: fl
 
 
 def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmup: int) -> list[dict]:
-    """Every tactic of the fused op at this shape, launched directly, checked and timed."""
+    """Every tactic of the fused op at this shape and the tensors' dtype, launched directly,
+    checked and timed."""
     from numba import cuda
 
     from plugrt.launcher import PreparedLaunch
@@ -129,11 +138,12 @@ def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmu
     op = registry.find_op("plugrt.contrib", "MultiHeadAttention", 1)
     names = ["q", "k", "v", "mask"][:len(tensors)]
     node = Node("bench", "MultiHeadAttention", "plugrt.contrib", tuple(names), ("y",), {"scale": None}, opset=1)
-    ins = [TensorInfo(np.float32, tuple(t.shape)) for t in tensors]
+    dtype = np.dtype(str(tensors[0].dtype).replace("torch.", ""))
+    ins = [TensorInfo(dtype, tuple(t.shape)) for t in tensors]
     outs = op.infer(node, ins)
     stream = cuda.stream()
     device_ins = [cuda.as_cuda_array(t) for t in tensors]
-    out = cuda.device_array(outs[0].shape, np.float32, stream=stream)
+    out = cuda.device_array(outs[0].shape, dtype, stream=stream)
     rows = []
     for tactic in op.tactics(node, ins, outs):
         row = {"name": tactic.name, "params": dict(tactic.params)}
@@ -148,8 +158,9 @@ def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmu
             run()
             stream.synchronize()
             row["max_rel_err"] = _rel_err(out.copy_to_host(), want)
-            row["math"] = tactic.math or "fp32"
-            row["ok"] = row["max_rel_err"] <= (TF32_TOL if tactic.math == "tf32" else FP32_TOL)
+            row["math"] = tactic.math or dtype.name.replace("float", "fp")
+            tolerance = FP16_TOL if dtype == np.float16 else TF32_TOL if tactic.math == "tf32" else FP32_TOL
+            row["ok"] = row["max_rel_err"] <= tolerance
             row["ms"] = _events_ms(run, stream, repeats, warmup)
         except Exception as error:  # one broken tactic must not hide the others' numbers
             row.update(ok=False, error=f"{type(error).__name__}: {error}"[:500])
@@ -158,7 +169,7 @@ def _tactic_sweep(registry, tensors: list, want: np.ndarray, repeats: int, warmu
 
 
 def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: int = 64, repeats: int = 20,
-                        warmup: int = 3, mask: bool = False) -> dict:
+                        warmup: int = 3, mask: bool = False, dtype: str = "float32") -> dict:
     """Time and check the fused op, the unfused subgraph and torch SDPA; see the module doc."""
     import torch
 
@@ -175,25 +186,34 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
         attn_mask = torch.zeros((batch, 1, 1, seq), device="cuda", dtype=torch.float32)
         attn_mask[..., seq - seq // 8:] = torch.finfo(torch.float32).min
         feeds["mask"] = attn_mask
+    half = dtype == "float16"
+    if half:  # float16 inputs; torch's fp32 result on the same (rounded) values is the reference
+        q, k, v = (x.half().float() for x in (q, k, v))
+        feeds = {"q": q, "k": k, "v": v, **({"mask": attn_mask} if mask else {})}
+    timed = [x.half() if half and x is not None else x for x in (q, k, v, attn_mask)]
     previous = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
         with torch.no_grad():
             reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
             torch.cuda.synchronize()
-            sdpa_ms = _torch_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask),
+            sdpa_ms = _torch_ms(lambda: torch.nn.functional.scaled_dot_product_attention(*timed[:3], attn_mask=timed[3]),
                                 repeats, warmup)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     want = reference.double().cpu().numpy()
     model = attention_model(batch, heads, seq, head, mask)
 
-    result = {"shape": {"batch": batch, "heads": heads, "seq": seq, "head": head, "mask": mask},
+    result = {"shape": {"batch": batch, "heads": heads, "seq": seq, "head": head, "mask": mask, "dtype": dtype},
               "gflop": gflop, "torch_sdpa": {"ms": sdpa_ms, "tflops": gflop / sdpa_ms}}
     variants = (("fused", TF32_TOL, {}),
                 ("fused_fp32", FP32_TOL, {"tf32": False}),
                 ("unfused_tf32", TF32_TOL, {"disabled_passes": {FUSE_PASS}}),
                 ("unfused_fp32", FP32_TOL, {"disabled_passes": {FUSE_PASS}, "tf32": False}))
+    if half:
+        variants = (("fused_fp16", FP16_TOL, {"fp16": True}),
+                    ("fused_fp16_no_tf32", FP16_TOL, {"fp16": True, "tf32": False}),
+                    ("unfused_fp16", FP16_TOL, {"fp16": True, "disabled_passes": {FUSE_PASS}}))
     for name, tolerance, config in variants:
         try:
             entry = _engine_result(model, registry, feeds, want, tolerance, repeats, warmup, progress=False, **config)
@@ -201,13 +221,16 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
         except Exception as error:
             entry = {"ok": False, "error": f"{type(error).__name__}: {error}"[:800]}
         result[name] = entry
-    fused_ops = result["fused"].get("layer_ops", [])
+    fused_ops = result[variants[0][0]].get("layer_ops", [])
     result["fused_has_attention_layer"] = "plugrt.contrib::MultiHeadAttention" in fused_ops
     try:
-        result["tactics"] = _tactic_sweep(registry, list(feeds.values()), want, repeats, warmup)
+        swept = [x.half() for x in feeds.values()] if half else list(feeds.values())
+        result["tactics"] = _tactic_sweep(registry, swept, want, repeats, warmup)
     except Exception as error:
         result["tactics"] = [{"ok": False, "error": f"{type(error).__name__}: {error}"[:800]}]
-    for fused, others in (("fused", ("unfused_tf32", "torch_sdpa")), ("fused_fp32", ("unfused_fp32", "torch_sdpa"))):
+    pairs = ((("fused_fp16", ("unfused_fp16", "torch_sdpa")),) if half else
+             (("fused", ("unfused_tf32", "torch_sdpa")), ("fused_fp32", ("unfused_fp32", "torch_sdpa"))))
+    for fused, others in pairs:
         for name in others:
             if "ms" in result[fused] and "ms" in result[name]:
                 result[f"speedup_{fused}_vs_{name}"] = result[name]["ms"] / result[fused]["ms"]
@@ -217,10 +240,11 @@ def attention_benchmark(batch: int = 8, heads: int = 12, seq: int = 512, head: i
 
 def _print(result: dict) -> None:
     s = result["shape"]
-    print(f"attention B={s['batch']} H={s['heads']} S={s['seq']} D={s['head']} fp32"
+    print(f"attention B={s['batch']} H={s['heads']} S={s['seq']} D={s['head']} {s['dtype'].replace('float', 'fp')}"
           f"{' masked' if s['mask'] else ''} ({result['gflop']:.2f} GFLOP; median ms, CUDA events)")
     print(f"{'variant':28} {'ms':>9} {'TFLOP/s':>8} {'rel err':>9} {'layers':>6} ok")
-    for name in ("fused", "fused_fp32", "unfused_tf32", "unfused_fp32"):
+    names = ("fused", "fused_fp32", "unfused_tf32", "unfused_fp32", "fused_fp16", "fused_fp16_no_tf32", "unfused_fp16")
+    for name in (n for n in names if n in result):
         entry = result[name]
         if "ms" in entry:
             chosen = ", ".join(layer["tactic"] for layer in entry["tactics"]
@@ -241,4 +265,7 @@ def _print(result: dict) -> None:
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(attention_benchmark(mask="--mask" in sys.argv), indent=1, default=str))
+    shape = dict(batch=32, seq=128) if "--bert" in sys.argv else {}
+    result = attention_benchmark(mask="--mask" in sys.argv, dtype="float16" if "--fp16" in sys.argv else "float32",
+                                 **shape)
+    print(json.dumps(result, indent=1, default=str))

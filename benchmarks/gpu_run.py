@@ -230,8 +230,8 @@ def tuning_benchmark(out_dir: str, onnx_path: str, batch: int = 32) -> dict:
     return result
 
 
-PARTS = ("chain", "gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "pool", "tuning", "models",
-         "gemm_variants")
+PARTS = ("chain", "gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "attention_fp16", "pool", "tuning",
+         "models", "gemm_variants")
 
 
 def main() -> int:
@@ -261,6 +261,9 @@ def main() -> int:
             report["models"] = run_models(args.out)
         elif part == "attention":
             report["attention"] = guarded(lambda: __import__("attention_bench").attention_benchmark())
+        elif part == "attention_fp16":  # BERT-base's attention in an FP16 engine (batch 32, 128 tokens)
+            report["attention_fp16"] = guarded(lambda: __import__("attention_bench").attention_benchmark(
+                batch=32, seq=128, dtype="float16"))
         elif part == "hgemm":
             report["hgemm"] = guarded(lambda: __import__("gemm_bench").hgemm_benchmark())
         elif part == "gemm_variants":
@@ -359,7 +362,8 @@ def print_part(part: str, report: dict) -> None:
                     print(f"   {layer['name']} ({layer['op']}): {layer['tactic']} from "
                           f"{layer['tactic_provider']['distribution']}, {layer['time_ms']} ms; runner-up "
                           f"{(layer.get('runner_up') or {}).get('name')} {(layer.get('runner_up') or {}).get('time_ms')} ms")
-    elif part in ("gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "gemm_variants", "pool"):
+    elif part in ("gemm", "hgemm", "conv", "conv_wgmma", "conv_nhwc", "attention", "attention_fp16", "gemm_variants",
+                  "pool"):
         entry = report["sgemm" if part == "gemm" else part]
         if "error" in entry:
             print(f"{part} ERROR {entry['error'][:300]}")
