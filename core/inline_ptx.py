@@ -214,7 +214,8 @@ def ldmatrix(count: int = 4, trans: bool = False):
             asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * count), [i32]), ptx,
                                ",".join(["=r"] * count) + ",r,~{memory}", side_effect=True)
             result = builder.call(asm, [context.cast(builder, args[0], sig.args[0], types.uint32)])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(result, k) for k in range(count)])
+            values = [builder.extract_value(result, k) for k in range(count)]
+            return context.make_tuple(builder, sig.return_type, values)
 
         return types.UniTuple(types.uint32, count)(address), codegen
 

@@ -126,11 +126,12 @@ class F16Layout:
 @functools.lru_cache(maxsize=None)
 def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool, even_k: bool, vector: bool,
                emulated: bool, guard_nan: bool = False, causal: int = 0, causal_fill: float = float("-inf"),
-               skip_keys: bool = True):
+               skip_keys: bool = True, mask_rows: bool = False):
     """The FP16 kernel for one configuration, head sizes and shape class (``guard_nan``,
     ``causal``, ``causal_fill`` and ``skip_keys`` as :func:`.simt.flash_kernel`'s;
     ``vector``: the 16-byte copies and paired stores, for aligned rows; ``emulated``: the
-    simulator's warp steps).
+    simulator's warp steps; ``mask_rows``: the mask is the same for every query row (row
+    stride 0: a key-padding mask), read once per key tile for all of a lane's rows).
 
     Arguments and grid: :mod:`plugrt_contrib_attention.problem` (float16 arrays); dynamic
     shared memory ``F16Layout.nbytes``. ``even_q``/``even_k``: Sq (Sk) is a multiple of
@@ -150,9 +151,10 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
     NS2, NO2 = NS // 2, NO // 2                                # ldmatrix x4 loads two n-tiles
     WROWS = 16 * MI
     Q_REGS = D16 <= Q_REGISTER_DIMS
-    SACC, OACC, ROWS, FRAGS = MI * NS * 4, MI * NO * 4, 2 * MI, 4 * MI
+    SACC, OACC, ROWS, FRAGS, KEYS = MI * NS * 4, MI * NO * 4, 2 * MI, 4 * MI, 2 * NS
     QF = MI * KS * 4 if Q_REGS else 4
     PADS = vector and (D16 > d or DV16 > dv)
+    MASK_ROWS = has_mask and bool(mask_rows)
     steps = warp_steps(emulated)
     shared_base, pack, mma, ldsm, ldsm_t = steps.base, steps.pack, steps.mma, steps.ldsm, steps.ldsm_t
     quad_max, quad_sum, commit, wait, store2 = steps.quad_max, steps.quad_sum, steps.commit, steps.wait, steps.store2
@@ -179,6 +181,7 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
         lsum = cuda.local.array(ROWS, float32)   # running partial sums (this lane's columns)
         qf = cuda.local.array(QF, uint32)        # Q's A fragments, (i, ks, 4)
         fa = cuda.local.array(FRAGS, uint32)    # this k-step's A fragments (Q's, then P's)
+        keys = cuda.local.array(KEYS, float32)   # a row-shared mask at this lane's keys
         tid = cuda.threadIdx.x
         lane = tid & 31
         warp = tid >> 5
@@ -262,6 +265,12 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
                             scr, me, lane, fa[4 * i], fa[4 * i + 1], fa[4 * i + 2], fa[4 * i + 3], b2, b3,
                             sacc[c + 4], sacc[c + 5], sacc[c + 6], sacc[c + 7])
 
+            if MASK_ROWS:
+                for j in range(NS):
+                    for c in range(2):
+                        col = k0 + 8 * j + 2 * t + c
+                        if even_k or col < sk:
+                            keys[2 * j + c] = float32(mask[m_base + col * m_sk])
             for i in range(MI):  # scale, mask, bounds; row maxima; rescale O; P = exp(S - m)
                 for half in range(2):
                     slot = 2 * i + half
@@ -275,7 +284,9 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
                             if even_k or col < sk:
                                 if CAUSAL and col > row + diag:
                                     value = FILL
-                                if has_mask and (even_q or row < sq):
+                                if MASK_ROWS:
+                                    value += keys[2 * j + c]
+                                elif has_mask and (even_q or row < sq):
                                     value += float32(mask[m_base + row * m_sq + col * m_sk])
                             else:
                                 value = minus_inf
@@ -344,8 +355,9 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
                                 out[o_base + col + 1] = out_type(second)
 
     kernel.__name__ = (f"attention_{config.name}_d{d}_dv{dv}{'_mask' if has_mask else ''}"
-                       f"{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}{'_vector' if vector else ''}"
-                       f"{'_guard' if GUARD else ''}{f'_causal{int(causal)}' if CAUSAL else ''}{'_skip' if SKIP else ''}"
+                       f"{'_rows' if MASK_ROWS else ''}{'_evenq' if even_q else ''}{'_evenk' if even_k else ''}"
+                       f"{'_vector' if vector else ''}{'_guard' if GUARD else ''}"
+                       f"{f'_causal{int(causal)}' if CAUSAL else ''}{'_skip' if SKIP else ''}"
                        f"{'_fill' if CAUSAL and causal_fill != float('-inf') else ''}")
     blocks = config.resident_blocks(D16, DV16)
     if blocks and not emulated:
@@ -383,10 +395,11 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
     if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
     even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
+    mask_rows = shapes.has_mask and shapes.mask_strides[2] == 0
 
     def launch_list(vector: bool):
         kernel = f16_kernel(config, shapes.d, shapes.dv, shapes.has_mask, even_q, even_k, vector, emulated,
-                            bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
+                            bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys, mask_rows)
         return shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
 
     plain = launch_list(False)

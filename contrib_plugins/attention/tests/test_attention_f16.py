@@ -200,8 +200,8 @@ def test_f16_tactics_come_first_for_float16_on_a_gpu():
 
 def test_kernels_compile_for_sm90():
     """The GPU form (PTX warp steps) types for sm_90 without float64: the 16-byte-copy and
-    element-copy kernels, masks, bounds, the NaN guard, causal alignments and fills, key
-    skipping, Q fragments in registers and (head size 256) from shared memory."""
+    element-copy kernels, masks (row-shared too), bounds, the NaN guard, causal alignments
+    and fills, key skipping, Q fragments in registers and (head size 256) from shared memory."""
     helper_dir = Path(__file__).resolve().parents[3] / "tests"
     if not (helper_dir / "cuda_typing.py").exists():
         pytest.skip("tests/cuda_typing.py of the plugrt repository is not available")
@@ -215,13 +215,14 @@ def test_kernels_compile_for_sm90():
 
         low = float(np.finfo(np.float16).min)
         configs = f16.GPU_CONFIGS
-        cases = [(configs[0], 64, 64, True, False, True, False, 1, -np.inf, True),
-                 (configs[1], 40, 24, False, True, False, True, 2, low, False),
-                 (configs[2], 80, 80, True, False, True, True, 0, -np.inf, True),
-                 (configs[0], 256, 256, False, True, True, False, 0, -np.inf, True)]
-        for config, d, dv, mask, even, vector, guard, causal, fill, skip in cases:
+        cases = [(configs[0], 64, 64, True, False, True, False, 1, -np.inf, True, False),
+                 (configs[0], 64, 64, True, True, True, False, 0, -np.inf, True, True),
+                 (configs[1], 40, 24, False, True, False, True, 2, low, False, False),
+                 (configs[2], 80, 80, True, False, True, True, 0, -np.inf, True, True),
+                 (configs[0], 256, 256, False, True, True, False, 0, -np.inf, True, False)]
+        for config, d, dv, mask, even, vector, guard, causal, fill, skip, rows in cases:
             kernel = f16.f16_kernel(config, d, dv, mask, even, even, vector, False, guard_nan=guard, causal=causal,
-                                    causal_fill=fill, skip_keys=skip)
+                                    causal_fill=fill, skip_keys=skip, mask_rows=rows)
             args = (arr("float16"),) * 5 + (I64,) * 22 + (types.float32,)
             label = kernel.__name__
             try:
