@@ -34,16 +34,18 @@ def check_inputs(expected: Mapping[str, TensorInfo], feeds: Mapping[str, object]
         feed = feeds[name]
         dtype = np.dtype(feed.dtype)
         shape = tuple(int(d) for d in feed.shape)
-        want = f"{info.dtype}{format_shape(info.shape)}"
-        got = f"{dtype}{format_shape(shape)}"
+
+        def both() -> str:  # formatted only for an error: this check runs on every execute
+            return f"(expected {info.dtype}{format_shape(info.shape)}, got {dtype}{format_shape(shape)})"
+
         if dtype != info.dtype:
-            raise BindingError(f"input binding {name!r}: expected dtype {info.dtype}, got {dtype} (expected {want}, got {got})")
+            raise BindingError(f"input binding {name!r}: expected dtype {info.dtype}, got {dtype} {both()}")
         if len(shape) != len(info.shape):
-            raise BindingError(f"input binding {name!r}: expected rank {len(info.shape)}, got {len(shape)} (expected {want}, got {got})")
+            raise BindingError(f"input binding {name!r}: expected rank {len(info.shape)}, got {len(shape)} {both()}")
         for axis, (dim, size) in enumerate(zip(info.shape, shape)):
             if isinstance(dim, int):
                 if dim != size:
-                    raise BindingError(f"input binding {name!r}: dim {axis} must be {dim}, got {size} (expected {want}, got {got})")
+                    raise BindingError(f"input binding {name!r}: dim {axis} must be {dim}, got {size} {both()}")
             elif symbols.setdefault(dim, size) != size:
                 raise BindingError(
                     f"input binding {name!r}: dim {axis} ({dim!r}) is {size} but another input binds {dim!r} to {symbols[dim]}"
