@@ -14,8 +14,8 @@
   accumulators reused as P's A fragments), not just its arithmetic. Every emulated step
   synchronizes the block: the kernel calls them the same number of times in every thread.
 
-Each step takes ``(scr, me, lane)`` (the exchange area and this lane), which the GPU form
-ignores. Shared memory is addressed by bytes from ``base(smem)``: the 32-bit shared window
+The exchanging steps (the product, ``ldmatrix``, the quad reductions) take ``(scr, me,
+lane)`` (the exchange area and this lane), which the GPU form ignores. Shared memory is addressed by bytes from ``base(smem)``: the 32-bit shared window
 on a GPU, 0 in the simulator (where a half's index is its address over 2).
 """
 
