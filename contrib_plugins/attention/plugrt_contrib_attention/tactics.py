@@ -6,10 +6,11 @@ it is what the tuner verifies the others against), then the TF32 tensor-core ker
 16-byte shared-memory loads. The tuner times the first few at its default level, so the
 likeliest winners come early in each family.
 
-float16 data also gets the FP16 tensor-core kernels (:func:`for_dtype`): on a GPU first,
-two of them and then the first TF32 one, so the default level times those three (the
-first FP16 tactic is then the tuner's reference, as the FP16 GEMM is for float16
-products); in the simulator, where the first tactic wins untimed, after the plain one.
+float16 data also gets the FP16 tensor-core kernels (:func:`for_dtype`), after the plain
+SIMT kernel on a GPU too: the default level times the plain kernel (the tuner's reference,
+the one with no inline PTX), the first FP16 kernel and the first TF32 one, so an FP16
+kernel that went wrong on some GPU is dropped against the plain one and the TF32 kernel
+still competes; the other FP16 tiles follow (timed from level 4).
 """
 
 from __future__ import annotations
@@ -45,16 +46,17 @@ def f16_candidates(gpu: bool | None = None) -> tuple:
 
 def for_dtype(configs, dtype, gpu: bool | None = None) -> tuple:
     """``configs`` (:func:`candidates`) in the order for ``dtype``'s data: for float16 with
-    the FP16 configurations, on a GPU the first two of them, then the first TF32 one, the
-    rest of ``configs`` and the other FP16 ones; in the simulator after the first."""
+    the FP16 configurations after the first (plain) one; on a GPU the first FP16 one, the
+    first TF32 one, the other FP16 ones, then the rest of ``configs``."""
     configs = tuple(configs)
     if np.dtype(dtype) != np.float16 or not configs:
         return configs
     f16 = f16_candidates(gpu)
     if not _on_gpu(gpu):
         return (configs[0], *f16, *configs[1:])
-    tf32 = [c for c in configs if isinstance(c, tensor_cores.Tf32Config)][:1]
-    return (*f16[:2], *tf32, *(c for c in configs if c not in tf32), *f16[2:])
+    plain, rest = configs[0], configs[1:]
+    tf32 = [c for c in rest if isinstance(c, tensor_cores.Tf32Config)][:1]
+    return (plain, *f16[:1], *tf32, *f16[1:], *(c for c in rest if c not in tf32))
 
 
 def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
