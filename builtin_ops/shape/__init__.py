@@ -12,13 +12,15 @@ Constant, Range, OneHot, Trilu, and the scatters.
   :mod:`.scatter` (the scatters: per update with atomics, or in index order);
 - :mod:`.simplify_pairs`: the cleanup pass for layout pairs that cancel or merge;
 - :mod:`.channels_last`: the fusion pass running convolutions (and the pools and
-  pointwise ops between them) channels-last, with the Transposes between layouts cancelled.
+  pointwise ops between them) channels-last, with the Transposes between layouts cancelled;
+- :mod:`.sink_reshapes`: the fusion pass moving Reshapes below the pointwise nodes reading
+  them, so that those fuse into the node before.
 """
 
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import channels_last, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs
+from . import channels_last, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs, sink_reshapes
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS + scatter_ops.OPS
@@ -37,6 +39,9 @@ PASS_PRIORITY = 10
 #: Among the fusion passes: after the recognizers (LayerNorm, attention: 100) and the matmul
 #: family's transpose folding (200), on the ops they leave.
 CHANNELS_LAST_PRIORITY = 300
+#: Last of the fusion passes: on the graph the recognizers and channels_last leave (whose
+#: patterns read the model's Reshapes where it put them), right before epilogue fusion.
+SINK_RESHAPES_PRIORITY = 900
 
 
 @hookimpl
@@ -44,4 +49,6 @@ def plugrt_passes():
     return [GraphPass("simplify_pairs", simplify_pairs.run, priority=PASS_PRIORITY, stage="cleanup",
                       description="pairs of layout ops that cancel or merge"),
             GraphPass("channels_last", channels_last.run, priority=CHANNELS_LAST_PRIORITY,
-                      description="convolutions channels-last (NHWC) on tensor cores, layout changes cancelled")]
+                      description="convolutions channels-last (NHWC) on tensor cores, layout changes cancelled"),
+            GraphPass("sink_reshapes", sink_reshapes.run, priority=SINK_RESHAPES_PRIORITY,
+                      description="Reshapes moved below pointwise nodes, which then fuse into the node before")]
