@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numba import float32
@@ -286,3 +287,39 @@ def shared_vector_load(width: int, vector: bool = True):
         return types.UniTuple(types.float32, width)(array, index), codegen
 
     return load
+
+
+@dataclass(frozen=True)
+class WarpTiles:
+    """A tensor-core kernel's tiles: ``warps`` warps of ``16 * mi`` query rows each, key
+    tiles of ``bk`` (a multiple of :attr:`K_STEP`). Subclasses name the kernel
+    (:attr:`PREFIX`) and its MMA's k step."""
+
+    warps: int
+    mi: int
+    bk: int
+    #: Ask ptxas for registers enough for this many resident blocks per SM (0: no bound).
+    min_blocks: int = 0
+
+    PREFIX: ClassVar[str] = ""
+    K_STEP: ClassVar[int] = 8
+
+    @property
+    def bq(self) -> int:
+        return 16 * self.mi * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def name(self) -> str:
+        return f"{self.PREFIX}_{self.bq}x{self.bk}_w{self.warps}" + (f"_b{self.min_blocks}" if self.min_blocks else "")
+
+    def params(self) -> dict:
+        return {"bq": self.bq, "bk": self.bk, "warps": self.warps, "mi": self.mi, "min_blocks": self.min_blocks}
+
+    def check(self) -> None:
+        if self.bk % self.K_STEP or self.bk < self.K_STEP or self.warps < 1 or self.mi < 1 or self.threads > 1024:
+            raise ValueError(f"{self.PREFIX} attention tile {self}: bk must be a multiple of {self.K_STEP}, "
+                             f"at most 32 warps")

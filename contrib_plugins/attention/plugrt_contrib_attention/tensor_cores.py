@@ -35,37 +35,14 @@ from numba import float32, from_dtype
 from plugrt.kernels import cuda, jit, round_tf32, simulated, tf32_mma
 from plugrt.plugin import Tactic
 
-from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, shared_vector_load,
-                                              tile_stager)
+from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, WarpTiles,
+                                              shared_vector_load, tile_stager)
 
-@dataclass(frozen=True)
-class Tf32Config:
-    """``warps`` warps of ``16 * mi`` query rows each; key tiles of ``bk`` (a multiple of 8)."""
+class Tf32Config(WarpTiles):
+    """TF32 ``mma.m16n8k8`` tiles: key tiles a multiple of 8."""
 
-    warps: int
-    mi: int
-    bk: int
-    #: Ask ptxas for registers enough for this many resident blocks per SM (0: no bound).
-    min_blocks: int = 0
-
-    @property
-    def bq(self) -> int:
-        return 16 * self.mi * self.warps
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-    @property
-    def name(self) -> str:
-        return f"tf32_{self.bq}x{self.bk}_w{self.warps}" + (f"_b{self.min_blocks}" if self.min_blocks else "")
-
-    def params(self) -> dict:
-        return {"bq": self.bq, "bk": self.bk, "warps": self.warps, "mi": self.mi, "min_blocks": self.min_blocks}
-
-    def check(self) -> None:
-        if self.bk % 8 or self.warps < 1 or self.mi < 1 or self.threads > 1024:
-            raise ValueError(f"TF32 attention tile {self}: bk must be a multiple of 8, at most 32 warps")
+    PREFIX = "tf32"
+    K_STEP = 8
 
 
 def _padded(n: int, residue: int) -> int:

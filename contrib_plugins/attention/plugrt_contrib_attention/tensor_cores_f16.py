@@ -37,7 +37,7 @@ from numba import float32, from_dtype, types, uint32
 from plugrt.kernels import aligned, cuda, jit, simulated
 from plugrt.plugin import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes
+from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, WarpTiles
 from plugrt_contrib_attention.warp_f16 import EXCHANGE_WORDS, pad_zeroer, q_fragments, tile_copier, warp_steps
 
 #: Head sizes (rounded up to 16) up to which Q's fragments stay in registers for the whole
@@ -48,30 +48,11 @@ MAX_HEAD = 256
 LOG2E = 1.4426950408889634
 
 
-@dataclass(frozen=True)
-class F16Config:
-    """``warps`` warps of ``16 * mi`` query rows each; key tiles of ``bk`` (a multiple of 16)."""
+class F16Config(WarpTiles):
+    """FP16 ``mma.m16n8k16`` tiles: key tiles a multiple of 16."""
 
-    warps: int
-    mi: int
-    bk: int
-    #: Ask ptxas for registers enough for this many resident blocks per SM (0: no bound).
-    min_blocks: int = 0
-
-    @property
-    def bq(self) -> int:
-        return 16 * self.mi * self.warps
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-    @property
-    def name(self) -> str:
-        return f"f16_{self.bq}x{self.bk}_w{self.warps}" + (f"_b{self.min_blocks}" if self.min_blocks else "")
-
-    def params(self) -> dict:
-        return {"bq": self.bq, "bk": self.bk, "warps": self.warps, "mi": self.mi, "min_blocks": self.min_blocks}
+    PREFIX = "f16"
+    K_STEP = 16
 
     def resident_blocks(self, d16: int, dv16: int) -> int:
         """The blocks per SM asked of ptxas at these padded head sizes: ``min_blocks`` up to
@@ -81,10 +62,6 @@ class F16Config:
         if not self.min_blocks or widest <= 64:
             return self.min_blocks
         return max(1, min(self.min_blocks - 1, 2)) if widest <= 128 else 1
-
-    def check(self) -> None:
-        if self.bk % 16 or self.bk < 16 or self.warps < 1 or self.mi < 1 or self.threads > 1024:
-            raise ValueError(f"FP16 attention tile {self}: bk must be a multiple of 16, at most 32 warps")
 
 
 @dataclass(frozen=True)
