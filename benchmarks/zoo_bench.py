@@ -33,6 +33,9 @@ import traceback
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runtime_bench import _median_ms  # noqa: E402 - the benchmarks' one timing loop
+
 SEQ = 128
 LEVEL = "1"  # time the first two tactics of each layer: a fair engine at a zoo-sized build time
 
@@ -63,19 +66,6 @@ TEXT = {
                              "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 32000,
                              "use_cache": False}, True, True),
 }
-
-
-def _median_ms(fn, sync, repeats: int = 30, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - started)
-    return float(np.median(times) * 1e3)
 
 
 def make_vision(name: str, side: int):
@@ -161,7 +151,7 @@ def export(name: str, work: str) -> dict:
         net = model.cuda()
         on_gpu = tuple(t.cuda() for t in tensors)
         want = net(*on_gpu).float().cpu().numpy()
-        eager_ms = _median_ms(lambda: net(*on_gpu), torch.cuda.synchronize)
+        eager_ms = _median_ms(lambda: net(*on_gpu), torch.cuda.synchronize, repeats=30, warmup=3)
     model.cpu()
     del net
     torch.cuda.empty_cache()
@@ -203,7 +193,7 @@ def measure(entry: dict) -> dict:
         error = float(np.max(diff) / max(float(np.max(np.abs(want))), 1e-30))
         feeds = {k: cuda.to_device(v) for k, v in entry["feeds"].items()}
         outs = {k: cuda.device_array(v.shape, v.dtype) for k, v in first.items()}
-        ms = _median_ms(lambda: ctx.execute_async(feeds, outputs=outs), ctx.stream.synchronize)
+        ms = _median_ms(lambda: ctx.execute_async(feeds, outputs=outs), ctx.stream.synchronize, repeats=30, warmup=3)
     kernels = sum(1 for layer in engine.inspect()["layers"] if layer.get("alias") is None)
     return {"layers": len(engine.layers), "kernel_layers": kernels, "rel_err": error, "plugrt_ms": ms,
             "ok": bool(np.isfinite(error) and error <= 1e-4)}
