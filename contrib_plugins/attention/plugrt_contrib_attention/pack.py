@@ -63,7 +63,7 @@ class Projection:
     bias: np.ndarray | None
 
 
-class _Reader:
+class ProjectionReader:
     """Finds the values behind an attention node's Q, K and V."""
 
     def __init__(self, graph, registry, node):
@@ -186,7 +186,7 @@ def _sliced(graph, registry, projection: Projection, packed: str, start: int) ->
 
 def _pack(graph, registry, node) -> bool:
     """Rewrite one attention node; ``False`` (and why, at INFO) where it cannot."""
-    reader = _Reader(graph, registry, node)
+    reader = ProjectionReader(graph, registry, node)
     sources = [reader.source(index) for index in range(3)]
     why = next((s for s in sources if isinstance(s, str)), None)
     if why is not None:
