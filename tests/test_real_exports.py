@@ -88,3 +88,14 @@ def test_a_real_export_builds_matches_pytorch_and_fuses_its_attention(name):
         packed = len(set(node.inputs[:3])) == 1 and bool(node.attrs.get("packed"))
         assert packed == (name in PACKED), f"{name}: {node.name} inputs {node.inputs[:3]}, {node.attrs}"
     assert not ops["Split"], f"{name}: a Split left: {dict(ops)}"
+
+
+def test_gpt2s_reshaped_linears_fuse_their_gelu_and_residual_adds():
+    """HF GPT-2 writes each Linear as Reshape -> Gemm -> Reshape: the Reshape after the Gemm
+    moves below its Gelu (c_fc) and its residual Add (both c_proj), which fuse into the Gemm."""
+    engine, _, _ = build("gpt2")
+    kernels = collections.Counter(layer["op"] for layer in engine.inspect()["layers"] if layer["alias"] is None)
+    blocks = MODELS["gpt2"]
+    assert kernels["Gemm+Gelu"] == blocks and kernels["Gemm+Add"] == 2 * blocks, dict(kernels)
+    # the c_attn Gemm stays alone (the attention reads it); one Add is the embeddings' sum
+    assert kernels["Gemm"] == blocks and not kernels["Gelu"] and kernels["Add"] == 1, dict(kernels)

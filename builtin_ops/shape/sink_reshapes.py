@@ -113,7 +113,7 @@ def _operands(graph: Graph, registry, reshape: Node, pointwise: Node, shapes, pr
             inputs.append(name)
         elif shape != after:
             return None
-        elif info.value is not None and len(set(before)) == 1:
+        elif info.value is not None and len(set(before)) == 1 and all(_is_int(d) for d in before[0]):
             inputs.append(add_constant(graph, f"{name}_reshaped", np.asarray(info.value).reshape(before[0])))
         else:
             source = producers.get(name)
@@ -137,6 +137,10 @@ def _broadcasts_alike(operand: tuple, before: tuple, after: tuple) -> bool:
     return all(len(_strip_leading_ones(o)) <= _shared_suffix(b, a) for o, b, a in zip(operand, before, after))
 
 
+def _is_int(dim) -> bool:
+    return isinstance(dim, (int, np.integer))
+
+
 def _shared_suffix(a: tuple, b: tuple) -> int:
     count = 0
     while count < min(len(a), len(b)) and a[-1 - count] == b[-1 - count]:
@@ -153,11 +157,10 @@ def _strip_leading_ones(shape: tuple) -> tuple:
 
 def _reshape_to(graph: Graph, registry, source: str, shapes: tuple, name: str) -> Node | None:
     """A Reshape of ``source`` to the shape ``shapes`` gives at each sample: a dim that differs
-    between samples is the Reshape's -1 (one at most), or None."""
+    between samples (or is symbolic) is the Reshape's -1 (one at most), or None."""
     opset = graph.opsets.get("", 17)
-    target = [dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*shapes)]
-    known = all(isinstance(d, (int, np.integer)) for d in target)
-    if opset < RESHAPE_OPSET or not known or target.count(-1) > 1 or 0 in target:
+    target = [int(dims[0]) if len(set(dims)) == 1 and _is_int(dims[0]) else -1 for dims in zip(*shapes)]
+    if opset < RESHAPE_OPSET or target.count(-1) > 1 or 0 in target:
         return None
     constant = add_constant(graph, f"{source}_shape", np.array(target, np.int64))
     return make_node(graph, registry, "Reshape", [source, constant], [fresh_name(graph, f"{source}_reshaped")],
