@@ -27,9 +27,14 @@ ATTENTION = "plugrt.contrib::MultiHeadAttention"
 MODELS = {"bert": 2, "bert_mask": 2, "gpt2": 2, "llama": 2, "t5_encoder": 2, "swin": 4, "vit": 2}
 #: Exports whose attention reads Q, K and V in place from one projection GEMM (contrib-attention's
 #: pack_projections: BERT's and T5's three MatMuls packed, GPT-2's Split of c_attn read through).
-#: The rest also have one projection GEMM per block but slice it with layout ops (torchvision's
-#: in_proj), or three, with the rotary embedding between them and the attention (LLaMA).
-PACKED = {"bert", "bert_mask", "gpt2", "t5_encoder"}
+#: ViT's torchvision in_proj, sequence-first and sliced by layout ops, is read batch-first in place
+#: (read_seq_first). The rest: Swin's window attention slices its projection with layout ops;
+#: LLaMA has three, with the rotary embedding between them and the attention.
+PACKED = {"bert", "bert_mask", "gpt2", "t5_encoder", "vit"}
+#: Exports whose attention blocks keep no layout kernel: between each block's LayerNorm and
+#: its attention only the projection GEMM(s), right after it the output projection's GEMM
+#: (ViT: torch.nn.MultiheadAttention's sequence-first form, contrib-attention's read_seq_first).
+NO_LAYOUT_KERNELS = {"bert", "bert_mask", "gpt2", "vit"}
 #: Projection GEMMs per attention block.
 GEMMS_PER_BLOCK = {"llama": 3}
 GEMMS = {"MatMul", "Gemm", "plugrt.matmul::FusedMatMul"}
@@ -55,6 +60,35 @@ def is_gemm(node) -> bool:
     if node.qualified_op == "plugrt.fused::Fused":
         return node.attrs["body"][0]["op_type"] in ("MatMul", "Gemm")
     return node.qualified_op in GEMMS
+
+
+def assert_no_layout_kernels_around_attention(name: str, engine) -> None:
+    """The kernels on the way from each attention's LayerNorm to its Q, K and V are GEMMs,
+    and the first kernel reading its output is one (the output projection, maybe with the
+    residual Add in its epilogue). Alias layers (free Reshapes) are passed over."""
+    graph = engine.graph
+    kernels = {layer.node_index for layer in engine.layers if layer.alias is None}
+    index = {id(node): at for at, node in enumerate(graph.nodes)}
+    producers, readers = graph.producers(), graph.consumers()
+    for attention in (node for node in graph.nodes if node.qualified_op == ATTENTION):
+        pending, seen = [producers.get(value) for value in attention.inputs[:3]], set()
+        while pending:
+            node = pending.pop()
+            if node is None or id(node) in seen or node.op_type == "LayerNormalization":
+                continue
+            seen.add(id(node))
+            if index[id(node)] in kernels:
+                assert is_gemm(node), f"{name}: {node.qualified_op} kernel {node.name} before {attention.name}"
+                pending.append(producers.get(node.inputs[0]))  # the GEMM's input; its weights are constants
+            else:
+                pending += [producers.get(value) for value in node.inputs if value in producers]
+        node = attention
+        while True:
+            value = node.outputs[0]  # followed as data (input 0), not as a Shape's or Reshape target's
+            node = next((r for r in readers.get(value, ()) if r.op_type != "Shape" and r.inputs[0] == value), None)
+            if node is None or index[id(node)] in kernels:
+                break
+        assert node is not None and is_gemm(node), f"{name}: after {attention.name}: {node and node.qualified_op}"
 
 
 def projection_gemms(graph, attention) -> set:
@@ -88,6 +122,8 @@ def test_a_real_export_builds_matches_pytorch_and_fuses_its_attention(name):
         packed = len(set(node.inputs[:3])) == 1 and bool(node.attrs.get("packed"))
         assert packed == (name in PACKED), f"{name}: {node.name} inputs {node.inputs[:3]}, {node.attrs}"
     assert not ops["Split"], f"{name}: a Split left: {dict(ops)}"
+    if name in NO_LAYOUT_KERNELS:
+        assert_no_layout_kernels_around_attention(name, engine)
 
 
 def test_gpt2s_reshaped_linears_fuse_their_gelu_and_residual_adds():
