@@ -105,18 +105,22 @@ class _Walk:
         swap = squeeze and self.made_by(squeeze.inputs[0], "Transpose", 5, 5)
         unsqueeze = swap and self.made_by(swap.inputs[0], "Unsqueeze", 4, 5)
         split = unsqueeze and self.made_by(unsqueeze.inputs[0], "Reshape", 3, 4)
+        lead = 0
+        if swap and not unsqueeze:  # the cleanup merged the Unsqueeze into the Reshape: [S, B, 3E] -> [1, S, B, 3, E]
+            split, lead = self.made_by(swap.inputs[0], "Reshape", 3, 5), 1
         if not split:
             return "not a Gather of Squeeze(Transpose(Unsqueeze(Reshape(p)))) (PyTorch's _in_projection_packed)"
         at = constant_value(self.graph, gather.inputs[1])
         if (int(gather.attrs.get("axis") or 0) != 0 or at is None or at.size != 1 or int(at.reshape(-1)[0]) != index
                 or _ints(self.graph, squeeze, "axes") not in ([3], [-2]) or _perm(swap) != [3, 1, 2, 0, 4]
-                or _ints(self.graph, unsqueeze, "axes") != [0]):
+                or (unsqueeze and _ints(self.graph, unsqueeze, "axes") != [0])):
             return f"the Gather, Squeeze, Transpose or Unsqueeze do not pick {ROLES[index]} as part {index} of 3"
         p, parts, dims = split.inputs[0], split.outputs[0], self.dims
-        if not (dims.equal(parts, 0, p, 0) and dims.equal(parts, 1, p, 1) and dims.is_size(parts, 2, 3)
-                and dims.product(parts, (2, 3), p, 2)):
+        if not ((not lead or dims.is_size(parts, 0, 1)) and dims.equal(parts, lead, p, 0)
+                and dims.equal(parts, lead + 1, p, 1) and dims.is_size(parts, lead + 2, 3)
+                and dims.product(parts, (lead + 2, lead + 3), p, 2)):
             return "the Reshape is not [S, B, 3E] -> [S, B, 3, E]"
-        return p, [gather, squeeze, swap, unsqueeze, split]
+        return p, [node for node in (gather, squeeze, swap, unsqueeze, split) if node]
 
 
 def _read_in(graph, registry, node) -> str | bool:
