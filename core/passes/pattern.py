@@ -253,7 +253,8 @@ def rewrite_matches(graph: Graph, registry, rules: list[Rule]) -> int:
 
 # The graph edits a rewrite may need beyond Match.fused, public here with the patterns.
 from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fresh_name, insert_nodes,  # noqa: E402
-                                   make_node, remove_nodes, replace_node, replace_value, shape_facts)
+                                   make_node, remove_nodes, replace_node, replace_value, sample_values,
+                                   shape_facts)
 
 __all__ = [
     # the graph a pass rewrites
@@ -265,5 +266,5 @@ __all__ = [
     # graph edits
     "add_constant", "extra_outputs_used", "finish", "fresh_name", "insert_nodes", "make_node", "origin_of",
     "remove_nodes",
-    "replace_node", "replace_value", "shape_facts",
+    "replace_node", "replace_value", "sample_values", "shape_facts",
 ]

@@ -145,3 +145,18 @@ def shape_facts(graph: Graph, registry):
     if not samples:
         return lambda name: tuple(graph.info(name).shape)
     return lambda name: tuple(tuple(sample.info(name).shape) for sample in samples)
+
+
+def sample_values(graph: Graph, registry):
+    """A function ``name -> tuple`` of the value's known value at every sample shape of the
+    graph (``None`` where inference does not know it: tensor data), as :func:`shape_facts`
+    concretizes them; an empty tuple without ``sample_inputs``."""
+    from plugrt.ir.specialize import concretize
+
+    samples = [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
+
+    def values(name: str) -> tuple:
+        infos = [sample.info(name) for sample in samples]
+        return tuple(None if info is None else info.value for info in infos)
+
+    return values

@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from plugrt.passes.pattern import add_constant, constant_value, replace_node
+from plugrt.passes.pattern import add_constant, constant_value, replace_node, sample_values
 
 log = logging.getLogger("plugrt.passes.fuse_attention")
 
@@ -60,12 +60,9 @@ class _Samples:
         if not self.graph.sample_inputs:
             return None
         if self._graphs is None:
-            from plugrt.ir.specialize import concretize
-
-            self._graphs = [concretize(self.graph, shapes, self.registry, values)
-                            for shapes, values in self.graph.sample_inputs]
-        values = [sample.info(name).value if sample.info(name) is not None else None for sample in self._graphs]
-        if any(value is None for value in values):
+            self._graphs = sample_values(self.graph, self.registry)
+        values = self._graphs(name)
+        if not values or any(value is None for value in values):
             return None
         first = np.asarray(values[0])
         return first if all(np.array_equal(first, np.asarray(v)) for v in values[1:]) else None
