@@ -21,7 +21,7 @@ def test_registered_through_the_entry_point():
     record = registry.plugins["contrib-attention"]
     assert record.distribution == "plugrt-contrib-attention"
     assert [op.op_type for op in record.ops] == ["MultiHeadAttention"]
-    assert [p.name for p in record.passes] == ["fuse_attention", "pack_projections"]
+    assert [p.name for p in record.passes] == ["fuse_attention", "read_seq_first", "pack_projections"]
     assert not [failure for failure in registry.failures if failure.name == "contrib-attention"]
 
 
