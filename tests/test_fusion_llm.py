@@ -329,8 +329,10 @@ def test_rope_after_the_head_split_of_a_real_export(rng):
     profile = OptimizationProfile().set_shape("h", (1, 1, 24), (2, 5, 24), (2, 8, 24))
     for name in ("cos", "sin"):
         profile.set_shape(name, (1, 1, 1, 8), (2, 1, 5, 8), (2, 1, 8, 8))
+    # the head swap moves below the rotation (it stays a kernel: its output is the graph's),
+    # cos and sin read as [B, S, 1, D] through a Squeeze and an Unsqueeze (aliases)
     assert run_both(g.model(rope(g, q, computed=True)), rng, profile=profile) == \
-        ["Reshape", "Transpose", "plugrt.elementwise::RotaryEmbedding"]
+        ["Reshape"] + ["Squeeze", "Unsqueeze"] * 2 + ["plugrt.elementwise::RotaryEmbedding", "Transpose"]
 
 
 def test_rope_with_constant_tables_in_float16(rng):
@@ -352,6 +354,58 @@ def test_rope_near_misses_stay_unfused(rng, case):
     layers = run_both(g.model(y), rng, profile=OptimizationProfile().set_shape("q", (1, 2, 8, 8), (1, 2, 8, 8),
                                                                                (2, 2, 8, 8)))
     assert "plugrt.elementwise::RotaryEmbedding" not in layers and len(layers) > 1
+
+
+def rotary_attention(g: Exported, cos, sin, heads=3, d=8, seq=5):
+    """LLaMA's attention on ``h`` [2, S, H * D]: Q and K split into heads, swapped to
+    [B, H, S, D], rotated, then attended; V split and swapped; the heads merged back."""
+    def split(weight):
+        x = g.node("MatMul", "h", g.const(weight))
+        return g.node("Transpose", g.node("Reshape", x, g.const([2, seq, heads, d], np.int64)), perm=[0, 2, 1, 3])
+
+    weights = np.random.default_rng(7).standard_normal((3, heads * d, heads * d)) / math.sqrt(heads * d)
+    q, k = (rope(g, split(w), cos, sin, d=d, computed=True, dim=3) for w in weights[:2])
+    v = split(weights[2])
+    scores = g.node("Mul", g.node("MatMul", q, g.node("Transpose", k, perm=[0, 1, 3, 2])), g.const(1 / math.sqrt(d)))
+    y = g.node("MatMul", g.node("Softmax", scores, axis=-1), v)
+    return g.node("Reshape", g.node("Transpose", y, perm=[0, 2, 1, 3]), g.const([2, seq, heads * d], np.int64))
+
+
+@pytest.mark.parametrize("tables", ["inputs", "constants"])
+def test_rope_head_swaps_are_taken_into_the_attention(rng, tables, caplog):
+    """Transpose(Reshape(q_proj)) -> RotaryEmbedding -> attention: the Transpose keeps the
+    last axis, so it moves below the rotation (cos/sin [1, 1, S, D] read as [1, S, 1, D]:
+    aliases, or constants stored so), and the attention reads Q and K as bshd: no
+    Transpose kernel is left."""
+    shape = [1, 1, 5, 8]
+    angles = np.arange(5)[:, None] * (10000.0 ** (-np.arange(4) / 4))[None, :]
+    angles = np.concatenate([angles, angles], axis=-1).reshape(shape)
+    if tables == "inputs":
+        g = Exported({"h": (F32, [2, 5, 24]), "cos": (F32, shape), "sin": (F32, shape)})
+        cos, sin = "cos", "sin"
+    else:
+        g = Exported({"h": (F32, [2, 5, 24])})
+        cos, sin = g.const(np.cos(angles)), g.const(np.sin(angles))
+    with caplog.at_level("INFO", logger="plugrt.passes.sink_rotary_transposes"):
+        layers = run_both(g.model(rotary_attention(g, cos, sin)), rng)
+    assert "Transpose" not in layers and layers.count("plugrt.contrib::MultiHeadAttention") == 1, layers
+    assert layers.count("plugrt.elementwise::RotaryEmbedding") == 2, layers
+    assert caplog.text.count("moved below") == 2, caplog.text
+
+
+@pytest.mark.parametrize("case", ["moves_the_last_axis", "cos_per_head"])
+def test_rope_head_swap_near_misses_stay(rng, case, caplog):
+    """A Transpose that moves the last axis (the rotation's pairs would change), and cos of
+    its own heads ([1, H, S, D] read as [1, S, H, D] would take a copy), stay above the
+    rotation, logged with the reason; the results are onnxruntime's."""
+    perm = [0, 2, 3, 1] if case == "moves_the_last_axis" else [0, 2, 1, 3]
+    table = [1, 3, 8, 8] if case == "cos_per_head" else [1, 1, 8, 8]
+    g = Exported({"q": (F32, [2, 8, 3, 8]), "cos": (F32, table), "sin": (F32, table)})
+    with caplog.at_level("INFO", logger="plugrt.passes.sink_rotary_transposes"):
+        layers = run_both(g.model(rope(g, g.node("Transpose", "q", perm=perm))), rng)
+    assert layers == ["Transpose", "plugrt.elementwise::RotaryEmbedding"], layers
+    reason = "moves the last axis" if case == "moves_the_last_axis" else "cannot be read in the order"
+    assert "stays above" in caplog.text and reason in caplog.text, caplog.text
 
 
 # ---------------------------------------------------------------- a LLaMA block

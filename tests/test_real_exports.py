@@ -34,11 +34,14 @@ MODELS = {"bert": 2, "bert_mask": 2, "gpt2": 2, "llama": 2, "t5_encoder": 2, "sw
 PACKED = {"bert", "bert_mask", "gpt2", "t5_encoder", "vit"}
 #: Exports whose attention blocks keep no layout kernel: between each block's LayerNorm and
 #: its attention only the projection GEMM(s), right after it the output projection's GEMM
-#: (ViT: torch.nn.MultiheadAttention's sequence-first form, contrib-attention's read_seq_first).
-NO_LAYOUT_KERNELS = {"bert", "bert_mask", "gpt2", "vit"}
+#: (ViT: torch.nn.MultiheadAttention's sequence-first form, contrib-attention's read_seq_first;
+#: LLaMA: its rotary embeddings run on [B, S, H, D], the head swaps moved below them and taken in).
+NO_LAYOUT_KERNELS = {"bert", "bert_mask", "gpt2", "llama", "vit"}
 #: Projection GEMMs per attention block.
 GEMMS_PER_BLOCK = {"llama": 3}
 GEMMS = {"MatMul", "Gemm", "plugrt.matmul::FusedMatMul"}
+NORMS = {"LayerNormalization", "RMSNormalization"}
+ROTARY = "plugrt.elementwise::RotaryEmbedding"
 
 
 def build(name: str):
@@ -64,7 +67,8 @@ def is_gemm(node) -> bool:
 
 
 def assert_no_layout_kernels_around_attention(name: str, engine) -> None:
-    """The kernels on the way from each attention's LayerNorm to its Q, K and V are GEMMs,
+    """The kernels on the way from each attention's LayerNorm (LLaMA: RMSNorm) to its Q, K
+    and V are GEMMs (LLaMA: and the RotaryEmbedding on Q and K, followed back through X),
     and the first kernel reading its output is one (the output projection, maybe with the
     residual Add in its epilogue). Alias layers (free Reshapes) are passed over."""
     graph = engine.graph
@@ -75,10 +79,12 @@ def assert_no_layout_kernels_around_attention(name: str, engine) -> None:
         pending, seen = [producers.get(value) for value in attention.inputs[:3]], set()
         while pending:
             node = pending.pop()
-            if node is None or id(node) in seen or node.op_type == "LayerNormalization":
+            if node is None or id(node) in seen or node.op_type in NORMS:
                 continue
             seen.add(id(node))
-            if index[id(node)] in kernels:
+            if node.qualified_op == ROTARY:
+                pending.append(producers.get(node.inputs[0]))  # cos and sin: the model's one table, made once
+            elif index[id(node)] in kernels:
                 assert is_gemm(node), f"{name}: {node.qualified_op} kernel {node.name} before {attention.name}"
                 pending.append(producers.get(node.inputs[0]))  # the GEMM's input; its weights are constants
             else:
@@ -138,7 +144,7 @@ def test_gpt2s_reshaped_linears_fuse_their_gelu_and_residual_adds():
     assert kernels["Gemm"] == blocks and not kernels["Gelu"] and kernels["Add"] == 1, dict(kernels)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "vit"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "vit"])
 def test_a_real_export_at_a_dynamic_batch_matches_onnxruntime(name):
     """Built for batches 1..4 (the exports' batch axis is dynamic), run at batch 3: the
     passes that rely on the profile's sample shapes (the pinned softmax scale, the reshapes
