@@ -323,3 +323,19 @@ class WarpTiles:
         if self.bk % self.K_STEP or self.bk < self.K_STEP or self.warps < 1 or self.mi < 1 or self.threads > 1024:
             raise ValueError(f"{self.PREFIX} attention tile {self}: bk must be a multiple of {self.K_STEP}, "
                              f"at most 32 warps")
+
+
+@jit(device=True)
+def block_origin(block, sq, bq, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_group, v_sb, v_sh, v_group, m_sb, m_sh,
+                 m_period):
+    """Where block ``block`` works (one block per ``bq`` query rows of one batch entry and
+    head, heads fastest): its first row ``q0``, batch ``b``, head ``h``, and the offsets of
+    its Q rows, its K and V heads (grouped heads: ``h // group``) and its mask (a window
+    mask repeats over the batch every ``m_period``)."""
+    qtiles = (sq + bq - 1) // bq
+    bh = block // qtiles
+    q0 = (block - bh * qtiles) * bq
+    b = bh // heads
+    h = bh - b * heads
+    return (q0, b, h, b * q_sb + h * q_sh + q0 * q_ss, b * k_sb + (h // k_group) * k_sh,
+            b * v_sb + (h // v_group) * v_sh, (b % m_period) * m_sb + h * m_sh)

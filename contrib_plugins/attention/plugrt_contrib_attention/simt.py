@@ -37,7 +37,7 @@ from plugrt.kernels import cuda, jit
 from plugrt.plugin import Tactic
 
 from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, as_is,
-                                              shared_vector_load, tile_stager)
+                                              block_origin, shared_vector_load, tile_stager)
 
 @dataclass(frozen=True)
 class FlashConfig:
@@ -197,16 +197,9 @@ def flash_kernel(config: FlashConfig, d: int, dv: int, dtype_name: str, has_mask
         ty = tid // TX
         utx = U(tx)
         uty = U(ty)
-        qtiles = (sq + BQ - 1) // BQ
-        block = cuda.blockIdx.x
-        bh = block // qtiles
-        q0 = (block - bh * qtiles) * BQ
-        b = bh // heads
-        h = bh - b * heads
-        q_base = b * q_sb + h * q_sh + q0 * q_ss
-        k_base = b * k_sb + (h // k_group) * k_sh
-        v_base = b * v_sb + (h // v_group) * v_sh
-        m_base = (b % m_period) * m_sb + h * m_sh  # a window mask repeats over the batch
+        q0, b, h, q_base, k_base, v_base, m_base = block_origin(
+            cuda.blockIdx.x, sq, BQ, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_group, v_sb, v_sh, v_group, m_sb, m_sh,
+            m_period)
         diag = sk - sq if LOWER_RIGHT else 0  # a causal row i sees keys up to i + diag
 
         stage_q(smem, q, q_base, q_ss, sq - q0, qscale, tid)  # the Q tile, pre-scaled, head dims zero-padded

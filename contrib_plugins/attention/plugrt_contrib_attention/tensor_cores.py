@@ -36,7 +36,7 @@ from plugrt.kernels import cuda, jit, round_tf32, simulated, tf32_mma
 from plugrt.plugin import Tactic
 
 from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, WarpTiles,
-                                              shared_vector_load, tile_stager)
+                                              block_origin, shared_vector_load, tile_stager)
 
 class Tf32Config(WarpTiles):
     """TF32 ``mma.m16n8k8`` tiles: key tiles a multiple of 8."""
@@ -209,16 +209,9 @@ def tf32_kernel(config: Tf32Config, d: int, dv: int, dtype_name: str, has_mask: 
         warp = tid // 32
         g = lane // 4
         t = lane % 4
-        qtiles = (sq + BQ - 1) // BQ
-        block = cuda.blockIdx.x
-        bh = block // qtiles
-        q0 = (block - bh * qtiles) * BQ
-        b = bh // heads
-        h = bh - b * heads
-        q_base = b * q_sb + h * q_sh + q0 * q_ss
-        k_base = b * k_sb + (h // k_group) * k_sh
-        v_base = b * v_sb + (h // v_group) * v_sh
-        m_base = (b % m_period) * m_sb + h * m_sh  # a window mask repeats over the batch
+        q0, b, h, q_base, k_base, v_base, m_base = block_origin(
+            cuda.blockIdx.x, sq, BQ, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_group, v_sb, v_sh, v_group, m_sb, m_sh,
+            m_period)
         diag = sk - sq if LOWER_RIGHT else 0  # a causal row i sees keys up to i + diag
         w0 = warp * WROWS                        # the warp's first row in the block's tile
         ug, ut, uw0 = U(g), U(t), U(w0)

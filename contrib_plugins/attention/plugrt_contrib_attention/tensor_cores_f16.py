@@ -37,7 +37,8 @@ from numba import float32, from_dtype, types, uint32
 from plugrt.kernels import aligned, cuda, jit, simulated
 from plugrt.plugin import Tactic
 
-from plugrt_contrib_attention.problem import MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, WarpTiles
+from plugrt_contrib_attention.problem import (MAX_BLOCKS, MAX_SHARED_BYTES, AttentionShapes, WarpTiles,
+                                              block_origin)
 from plugrt_contrib_attention.warp_f16 import EXCHANGE_WORDS, pad_zeroer, q_fragments, tile_copier, warp_steps
 
 #: Head sizes (rounded up to 16) up to which Q's fragments stay in registers for the whole
@@ -166,16 +167,9 @@ def f16_kernel(config: F16Config, d: int, dv: int, has_mask: bool, even_q: bool,
         t = lane & 3
         me = SCR_AT + warp * EXCHANGE_WORDS
         sb = shared_base(smem)
-        qtiles = (sq + BQ - 1) // BQ
-        block = cuda.blockIdx.x
-        bh = block // qtiles
-        q0 = (block - bh * qtiles) * BQ
-        b = bh // heads
-        h = bh - b * heads
-        q_base = b * q_sb + h * q_sh + q0 * q_ss
-        k_base = b * k_sb + (h // k_group) * k_sh
-        v_base = b * v_sb + (h // v_group) * v_sh
-        m_base = (b % m_period) * m_sb + h * m_sh  # a window mask repeats over the batch
+        q0, b, h, q_base, k_base, v_base, m_base = block_origin(
+            cuda.blockIdx.x, sq, BQ, heads, q_sb, q_sh, q_ss, k_sb, k_sh, k_group, v_sb, v_sh, v_group, m_sb, m_sh,
+            m_period)
         diag = sk - sq if LOWER_RIGHT else 0  # a causal row i sees keys up to i + diag
         w0 = warp * WROWS                        # the warp's first row in the block's tile
         # This lane's ldmatrix rows (byte addresses): Q's A fragments, row lane % 16 of the
