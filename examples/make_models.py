@@ -74,7 +74,7 @@ def make_convnet() -> onnx.ModelProto:
     b.nodes[-1].output[0] = "logits"
     graph = helper.make_graph(
         b.nodes, "convnet",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 8, 8])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
         initializer=b.inits,
     )
@@ -135,7 +135,7 @@ def make_encoder(dim=32, heads=4, ffn=64) -> onnx.ModelProto:
 
 MODELS = {"convnet": make_convnet, "encoder": make_encoder}
 #: Example input shapes (batch 2) for each model's single input.
-EXAMPLE_SHAPES = {"convnet": {"input": (2, 3, 16, 16)}, "encoder": {"tokens": (2, 8, 32)}}
+EXAMPLE_SHAPES = {"convnet": {"input": (2, 3, 8, 8)}, "encoder": {"tokens": (2, 8, 32)}}
 
 
 def main(out_dir: str) -> list[str]:

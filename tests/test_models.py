@@ -15,9 +15,9 @@ from make_models import MODELS  # noqa: E402
 from conftest import skip_unless_ops  # noqa: E402
 from plugrt.onnx import backend  # noqa: E402
 
-SHAPES = {"convnet": [(1, 3, 16, 16), (3, 3, 16, 16)], "encoder": [(1, 5, 32), (2, 8, 32)]}
+SHAPES = {"convnet": [(1, 3, 8, 8), (3, 3, 8, 8)], "encoder": [(1, 5, 32), (2, 8, 32)]}
 #: The simulator runs one shape of each (the convnet is the slowest test there).
-SIM_SHAPES = {"convnet": [(1, 3, 16, 16)], "encoder": [(2, 8, 32)]}
+SIM_SHAPES = {"convnet": [(1, 3, 8, 8)], "encoder": [(2, 8, 32)]}
 
 
 @pytest.mark.parametrize("device", ["CPU", "CUDA"])
