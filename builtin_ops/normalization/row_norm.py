@@ -135,6 +135,8 @@ def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: in
     threads = bx * by
     zero, one, nan = acc(0), acc(1), acc(np.nan)
 
+    write_stats = stats_writer(write_mean, second_stat)
+
     @jit
     def kernel(x, y, rows, cols, eps_in, eps_out, xrow, xcol,
                scale, s_period, srow, scol, bias, b_period, brow, bcol, st1, st2):
@@ -221,14 +223,26 @@ def row_norm_kernel(acc_name: str, x_table: bool, scale_mode: int, bias_mode: in
                         v = v + acc(bias[brow[r] + bcol[c]])
                     y[i] = v
                 if tx == 0:
-                    if write_mean:
-                        st1[r] = mean
-                    if second_stat == INV_STD:
-                        st2[r] = inv
-                    elif second_stat == VARIANCE:
-                        st2[r] = var
+                    write_stats(st1, st2, r, mean, inv, var)
 
     return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def stats_writer(write_mean: bool, second_stat: int):
+    """``write(st1, st2, r, mean, inv, var)``: row ``r``'s statistics the op outputs besides
+    Y (the mean when ``write_mean``; :data:`INV_STD` or :data:`VARIANCE` as ``second_stat``)."""
+
+    @jit(device=True)
+    def write(st1, st2, r, mean, inv, var):
+        if write_mean:
+            st1[r] = mean
+        if second_stat == INV_STD:
+            st2[r] = inv
+        elif second_stat == VARIANCE:
+            st2[r] = var
+
+    return write
 
 
 def _pow2_at_least(n: int) -> int:

@@ -27,7 +27,7 @@ from numba import float32
 from plugrt.kernels import VECTOR, aligned, cuda, flat, jit, simulated, to_device, vector8
 from plugrt.plugin import Launch, Tactic
 
-from .row_norm import ABSENT, INV_STD, NO_STAT, PER_COL, PER_ROW, VARIANCE, RowNorm, _present
+from .row_norm import ABSENT, NO_STAT, PER_COL, PER_ROW, RowNorm, _present, stats_writer
 
 #: Lanes of a warp on the GPU, and of the emulated warp in the simulator.
 WARP = 32
@@ -138,6 +138,8 @@ def vector_row_kernel(warp: int, warps: int, rows_per_block: int, per_lane: int,
             cuda.syncthreads()  # the next sum overwrites the partials
         return value
 
+    write_stats = stats_writer(write_mean, second_stat)
+
     @jit
     def kernel(x, y, rows, cols, eps_in, eps_out, scale, s_period, bias, b_period, st1, st2):
         lane = cuda.threadIdx.x
@@ -202,12 +204,7 @@ def vector_row_kernel(warp: int, warps: int, rows_per_block: int, per_lane: int,
                         store8(y, base + c, (held[h], held[h + 1], held[h + 2], held[h + 3],
                                              held[h + 4], held[h + 5], held[h + 6], held[h + 7]))
                 if lane == 0:
-                    if write_mean:
-                        st1[r] = mean
-                    if second_stat == INV_STD:
-                        st2[r] = inv
-                    elif second_stat == VARIANCE:
-                        st2[r] = var
+                    write_stats(st1, st2, r, mean, inv, var)
 
     return kernel
 

@@ -139,9 +139,7 @@ def shape_facts(graph: Graph, registry):
     compare by value there. A kernel relying on such a fact re-checks it at its concrete
     shapes.
     """
-    from plugrt.ir.specialize import concretize
-
-    samples = [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
+    samples = _at_samples(graph, registry)
     if not samples:
         return lambda name: tuple(graph.info(name).shape)
     return lambda name: tuple(tuple(sample.info(name).shape) for sample in samples)
@@ -151,12 +149,17 @@ def sample_values(graph: Graph, registry):
     """A function ``name -> tuple`` of the value's known value at every sample shape of the
     graph (``None`` where inference does not know it: tensor data), as :func:`shape_facts`
     concretizes them; an empty tuple without ``sample_inputs``."""
-    from plugrt.ir.specialize import concretize
-
-    samples = [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
+    samples = _at_samples(graph, registry)
 
     def values(name: str) -> tuple:
         infos = [sample.info(name) for sample in samples]
         return tuple(None if info is None else info.value for info in infos)
 
     return values
+
+
+def _at_samples(graph: Graph, registry) -> list:
+    """The graph concretized at each of its sample shapes (none without ``sample_inputs``)."""
+    from plugrt.ir.specialize import concretize
+
+    return [concretize(graph, shapes, registry, values) for shapes, values in graph.sample_inputs]
