@@ -31,7 +31,7 @@ LAYERS = (
     ("import and passes", ("plugrt.onnx", "plugrt.onnx.checks", "plugrt.onnx.importer", "plugrt.passes",
                            "plugrt.passes.*")),
     ("tuning", ("plugrt.tuning", "plugrt.tuning.*")),
-    ("engine", ("plugrt.engine", "plugrt.engine.*", "plugrt.bench", "plugrt.layer_profile")),
+    ("engine", ("plugrt.quantization", "plugrt.quantization.*", "plugrt.engine", "plugrt.engine.*", "plugrt.bench", "plugrt.layer_profile")),
     ("tools", ("plugrt.onnx.backend", "plugrt.testing", "plugrt.testing.*", "plugrt.testing_pytest",
                "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli_options", "plugrt.cli_bench", "plugrt.cli",
                "plugrt.__main__")),

@@ -1,0 +1,3 @@
+"""QuantizeLinear and DequantizeLinear (being built)."""
+
+OPS: list = []
