@@ -1,4 +1,12 @@
-"""Quantization: QuantizeLinear, DequantizeLinear and the integer anchors (being built)."""
+"""Quantization: QuantizeLinear, DequantizeLinear and the integer anchors.
+
+- :mod:`.ops`: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear, with
+  :mod:`.granularity` (per-tensor, per-axis and blocked scales);
+- :mod:`.device_functions`: their scalar device functions (round half to even, saturate),
+  which the per-tensor forms offer for fusion into chains and anchor epilogues;
+- kernels: :mod:`.per_axis` (per-axis and blocked Q/DQ), :mod:`.dynamic`
+  (DynamicQuantizeLinear's range reduction and quantization).
+"""
 
 from plugrt import hookimpl
 
