@@ -4,7 +4,7 @@
 histogram of |x| (2048 bins by default), the way NVIDIA's pytorch-quantization
 ``HistogramCalibrator`` collects it: the first batch with a nonzero value fixes the bin
 width (its max |x| / bins), and a later batch with a larger max appends bins of that width.
-NaN and Inf are left out and counted. Every algorithm reads that one histogram, so the
+NaN and Inf are left out, counted, and warned of once per tensor. Every algorithm reads that one histogram, so the
 algorithm can change without collecting again:
 
 - ``entropy``: TensorRT's EntropyCalibration2 as pytorch-quantization computes it:
@@ -27,12 +27,15 @@ candidate (there KL is undefined); mse tries at most 2048 evenly strided candida
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from plugrt.errors import PlugrtError
+
+log = logging.getLogger("plugrt.quantization")
 
 #: The calibration algorithms, as ``compute_amax`` and the builder name them.
 ALGORITHMS = ("entropy", "minmax", "percentile", "mse")
@@ -122,6 +125,9 @@ class RangeCollector:
         values = values.astype(np.float64, copy=False).ravel()
         finite = np.isfinite(values)
         if not finite.all():
+            if not stats.nonfinite:
+                log.warning("calibration tensor %r holds NaN or Inf (batch %d); those values are left out of its "
+                            "range (RangeCollector.nonfinite() counts them)", name, stats.batches)
             stats.nonfinite += int(values.size - np.count_nonzero(finite))
             values = values[finite]
         if values.size == 0:
