@@ -52,7 +52,24 @@ def add_build_options(parser) -> None:
                            help="build the model exactly as typed (an FP16 model runs in FP16); no --fp16 or "
                                 "--layer-precision with it")
     precision.add_argument("--no-accuracy-check", action="store_true",
-                           help="skip the build's check of an FP16 engine against the model's reference")
+                           help="skip the build's check of an FP16 or INT8 engine against the model's reference")
+    precision.add_argument("--int8", action="store_true",
+                           help="let layers run in INT8 where calibration gives their inputs a range (a Q/DQ model "
+                                "is quantized where its Q/DQ nodes say, without this flag)")
+    precision.add_argument("--calibration-data", metavar="DATA",
+                           help="calibration batches for --int8: an .npz file or a folder of them, one batch each, "
+                                "keyed by input name")
+    precision.add_argument("--calibration-algorithm", choices=("entropy", "minmax", "percentile", "mse"),
+                           default="entropy", help="how a tensor's INT8 range is chosen from its histogram "
+                                                   "(default entropy, as TensorRT's entropy calibrator 2)")
+    precision.add_argument("--calibration-percentile", type=float, default=99.99, metavar="P",
+                           help="the percentile of |x| the percentile algorithm keeps (default 99.99)")
+    precision.add_argument("--calibration-cache", metavar="FILE",
+                           help="a text calibration cache: read when it exists (for this model and algorithm: "
+                                "calibration is skipped), else written after calibration")
+    precision.add_argument("--accuracy-budget", type=float, metavar="REL",
+                           help="keep the most sensitive layers in float until the INT8 engine's outputs are within "
+                                "this relative error of the FP32 network's on the calibration data")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--kernel-cache", metavar="DIR",
                        help="the folder of compiled kernels kept between builds (default: $PLUGRT_KERNEL_CACHE, "
@@ -71,7 +88,11 @@ BUILD_ONLY = (("min_shapes", "--min-shapes", ""), ("opt_shapes", "--opt-shapes",
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
               ("precision_constraints", "--precision-constraints", None), ("strongly_typed", "--strongly-typed", False),
               ("fp16_io", "--fp16-io", False),
-              ("no_accuracy_check", "--no-accuracy-check", False))
+              ("no_accuracy_check", "--no-accuracy-check", False), ("int8", "--int8", False),
+              ("calibration_data", "--calibration-data", None),
+              ("calibration_algorithm", "--calibration-algorithm", "entropy"),
+              ("calibration_percentile", "--calibration-percentile", 99.99),
+              ("calibration_cache", "--calibration-cache", None), ("accuracy_budget", "--accuracy-budget", None))
 
 
 def given_build_options(args) -> list[str]:
@@ -131,7 +152,10 @@ def build_engine(args, model, run_shapes: dict | None = None):
                            layer_precisions=parse_layer_precisions(args.layer_precision),
                            precision_constraints=args.precision_constraints or "prefer",
                            strongly_typed=args.strongly_typed, accuracy_check=not args.no_accuracy_check,
-                           fp16_io=args.fp16_io)
+                           fp16_io=args.fp16_io, int8=args.int8, calibration_data=args.calibration_data,
+                           calibration_algorithm=args.calibration_algorithm,
+                           calibration_percentile=args.calibration_percentile,
+                           calibration_cache=args.calibration_cache, accuracy_budget=args.accuracy_budget)
     add_profile(config, args, run_shapes)
     return Builder().build_engine(model, config)
 

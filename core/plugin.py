@@ -46,7 +46,7 @@ ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tenso
 VARIADIC = 2**31 - 1
 
 #: Where a plugin's graph pass runs (:class:`GraphPass`).
-PASS_STAGES = ("cleanup", "fusion")
+PASS_STAGES = ("cleanup", "fusion", "quantize")
 
 #: Op groups the core's rules refer to (fusion, folding).
 POINTWISE = "pointwise"
@@ -367,8 +367,10 @@ class GraphPass:
     no op's work, such as layout pairs that cancel) run with the core's cleanup, even
     without fusion; ``"fusion"`` passes (primitive ops recognized as a fused op) run after
     the scale folding and before epilogue and pointwise fusion, and not with
-    ``--no-fusion``. Within a stage passes are ordered by ``(priority, owner, name)``;
-    lower runs first.
+    ``--no-fusion``; ``"quantize"`` passes (Q/DQ placement and Q/DQ around an op turned
+    into its integer form) run after those and the builder's calibration, in every build,
+    reading :attr:`Graph.int8` (an INT8 build's calibrated ranges; ``None`` otherwise).
+    Within a stage passes are ordered by ``(priority, owner, name)``; lower runs first.
     """
 
     name: str

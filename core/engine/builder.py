@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
-from plugrt.engine.accuracy import check_accuracy
+from plugrt.engine.accuracy import check_accuracy, relative_error
 from plugrt.engine.aliases import ALIAS_TACTIC, choose, storage
 from plugrt.engine.memory import MAX_ARENA_BYTES, liveness, plan_memory, value_shapes
 from plugrt.engine.precision import assign_precisions
 from plugrt.engine.precision import check_config as check_precision_config
 from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profile
 from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.quantization.int8 import check_config as check_int8_config
+from plugrt.quantization.int8 import prepare as prepare_int8
 from plugrt.errors import PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
 from plugrt.ir.graph import Graph
@@ -97,10 +99,12 @@ class Builder:
         engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
                         shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
                         passes=[result.as_json() for result in checked.passes])
-        report = checked.precision
-        if report is not None and (report.decisions or config.strongly_typed):
+        report, int8 = checked.precision, checked.graph.int8
+        if report is not None and (report.decisions or config.strongly_typed or int8 is not None):
+            if int8 is not None and report.reference is None and int8.reference is not None:
+                report.feeds, report.reference = int8.feeds, int8.reference  # a calibration batch
             accuracy = check_accuracy(engine, report) if config.accuracy_check else None
-            engine.precision = report.as_json(config, accuracy)
+            engine.precision = report.as_json(config, accuracy, int8)
         return engine
 
     def check_model(self, model, config: BuilderConfig | None = None, dynamic_dim: int | None = None) -> Checked:
@@ -135,6 +139,7 @@ class Builder:
         from plugrt.passes import optimize
 
         check_precision_config(config)
+        check_int8_config(config)
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
         profile = resolve_profile(graph, config)
         values = profile.shape_values
@@ -148,8 +153,11 @@ class Builder:
                                              check_range=timed))
             return len(report[-1].decisions)
 
+        def int8(g: Graph) -> int:
+            return prepare_int8(g, self.registry, config, profile, relative_error)
+
         passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
-                          precision=precision)
+                          precision=precision, int8=int8)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
         opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)

@@ -215,7 +215,14 @@ def check_header(header, arrays: dict, label: str) -> None:
 def _check_precision(fields: Fields, precision) -> None:
     """What the precision step chose (:mod:`plugrt.engine.precision`): informational,
     but well formed."""
-    fields.record(precision, "precision", _PRECISION, ("fp16_io",))
+    fields.record(precision, "precision", _PRECISION, ("fp16_io", "int8"))
+    if "int8" in precision:
+        fields.record(precision["int8"], "precision.int8", ("algorithm", "tensors", "layers", "budget"))
+        fields.text(precision["int8"]["algorithm"], "precision.int8.algorithm")
+        fields.integer(precision["int8"]["tensors"], "precision.int8.tensors")
+        fields.integer(precision["int8"]["layers"], "precision.int8.layers")
+        if precision["int8"]["budget"] is not None:
+            fields.number(precision["int8"]["budget"], "precision.int8.budget")
     for key in ("fp16", "fp16_io", "strongly_typed"):
         if key in precision and not isinstance(precision[key], bool):
             raise fields.fail(f"precision.{key}", "true or false", precision[key])

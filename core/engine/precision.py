@@ -66,12 +66,23 @@ class PrecisionReport:
     feeds: dict | None = None
     reference: dict | None = None
 
-    def as_json(self, config, accuracy: dict | None) -> dict:
-        return {"fp16": bool(config.fp16), "fp16_io": bool(config.fp16_io), "strongly_typed": bool(config.strongly_typed),
-                "constraints": config.precision_constraints if config.layer_precisions else "none",
-                "layer_precisions": dict(sorted(config.layer_precisions.items())),
-                "decisions": dict(sorted(self.decisions.items())), "fallbacks": list(self.fallbacks),
-                "casts": self.casts, "accuracy": accuracy}
+    def as_json(self, config, accuracy: dict | None, int8=None) -> dict:
+        """The plan's ``precision`` section; ``int8`` (an INT8 build's
+        :class:`~plugrt.ir.graph.Int8Request`) adds its decisions, fallbacks and calibration."""
+        decisions, fallbacks = dict(self.decisions), list(self.fallbacks)
+        found = {"fp16": bool(config.fp16), "fp16_io": bool(config.fp16_io),
+                 "strongly_typed": bool(config.strongly_typed),
+                 "constraints": config.precision_constraints if config.layer_precisions else "none",
+                 "layer_precisions": dict(sorted(config.layer_precisions.items()))}
+        if int8 is not None:
+            decisions.update(int8.decisions)
+            fallbacks += [entry for entry in int8.fallbacks if entry not in fallbacks]
+            found["int8"] = {"algorithm": config.calibration_algorithm, "tensors": len(int8.ranges),
+                             "layers": sum(1 for d in int8.decisions.values() if d == "int8"),
+                             "budget": config.accuracy_budget}
+        found.update({"decisions": dict(sorted(decisions.items())), "fallbacks": fallbacks, "casts": self.casts,
+                      "accuracy": accuracy})
+        return found
 
 
 def check_config(config) -> None:

@@ -152,6 +152,23 @@ class BuilderConfig:
     #: After a build that changed precisions, run the engine on the precision step's random
     #: inputs at the opt shapes and record its relative error against the model's reference.
     accuracy_check: bool = True
+    #: Let layers run in INT8 where calibration gives their inputs a range (TensorRT's
+    #: kINT8; :mod:`plugrt.quantization.int8`).
+    int8: bool = False
+    #: Calibration batches: an ``.npz`` file or a folder of them (one batch each, keyed by
+    #: input name), or any iterable of feed dicts.
+    calibration_data: object = None
+    #: ``entropy`` (TensorRT's entropy calibrator 2), ``minmax``, ``percentile`` or ``mse``.
+    calibration_algorithm: str = "entropy"
+    calibration_percentile: float = 99.99
+    #: A text calibration cache: read when it exists (for this model and algorithm), else
+    #: written after calibration.
+    calibration_cache: str | None = None
+    #: Keep the most sensitive layers in float until the outputs are within this relative
+    #: error of the FP32 network's (:mod:`plugrt.quantization.budget`).
+    accuracy_budget: float | None = None
+    #: ``metric(output name, int8 output, fp32 output) -> error`` for the budget.
+    accuracy_metric: object = None
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         if self.profiles:

@@ -53,6 +53,31 @@ def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@dataclass
+class Int8Request:
+    """What an INT8 build asks of the graph passes of the ``quantize`` stage (set by the
+    builder on :attr:`Graph.int8`; ``None`` when the build is not INT8).
+
+    ``ranges`` maps a tensor name to its calibrated absolute range (amax: the tensor is
+    quantized symmetrically, scale ``amax / 127``); ``excluded`` holds ONNX node names
+    that stay in float (user constraints, accuracy fallbacks). A pass that quantizes a
+    node records ``decisions[node name] = "int8"``, and one that cannot appends
+    ``{"layer", "reason"}`` to ``fallbacks``: the build report lists every fallback.
+    """
+
+    ranges: dict[str, float] = field(default_factory=dict)
+    excluded: set[str] = field(default_factory=set)
+    decisions: dict[str, str] = field(default_factory=dict)
+    fallbacks: list[dict] = field(default_factory=list)
+    #: A calibration batch and the float network's outputs on it (the build's accuracy check).
+    feeds: dict | None = None
+    reference: dict | None = None
+
+    def fall_back(self, layer: str, reason: str) -> None:
+        if not any(f["layer"] == layer for f in self.fallbacks):
+            self.fallbacks.append({"layer": layer, "reason": reason})
+
+
 @dataclass(eq=False)
 class Value:
     """A named tensor: a graph input, a node output, or a constant."""
@@ -80,6 +105,8 @@ class Graph:
         #: profile's min/opt/max: ``[(shapes, values), ...]``. Passes use them for shape facts
         #: symbolic inference cannot prove (two dims computed along different paths).
         self.sample_inputs: list[tuple[dict, dict]] = []
+        #: An INT8 build's request to the ``quantize`` passes (:class:`Int8Request`), or None.
+        self.int8: Int8Request | None = None
 
     # ------------------------------------------------------------------ building
 
@@ -141,6 +168,7 @@ class Graph:
         other.inputs = list(self.inputs)
         other.outputs = list(self.outputs)
         other.sample_inputs = list(self.sample_inputs)
+        other.int8 = self.int8
         return other
 
     def summary(self) -> str:

@@ -15,10 +15,16 @@ Order, and why:
    by a plugin's op: the built-ins' LayerNorm, Softmax and GELU recognizers, a contrib
    plugin's attention), lowest ``priority`` first, then plugin name, then pass name. A
    node one pass has rewritten is not there for a later pass to match: the first wins;
-3. fusion into generated kernels: epilogues onto anchors, then chains of pointwise ops;
-4. dead code again.
+3. quantization: an INT8 build's calibrated ranges are handed to the graph
+   (:class:`~plugrt.ir.graph.Int8Request`), then the plugins' ``quantize`` passes run
+   (the built-in quant family's: Q/DQ inserted where the ranges allow, Q/DQ pairs around
+   anchors turned into integer anchors); they run in every build, so a model's own Q/DQ
+   placement (explicit quantization) is honoured with or without ``--no-fusion``; then
+   the builder's precision step (FP16);
+4. fusion into generated kernels: epilogues onto anchors, then chains of pointwise ops;
+5. dead code again.
 
-``--no-fusion`` (``BuilderConfig.fusion = False``) skips groups 2 and 3;
+``--no-fusion`` (``BuilderConfig.fusion = False``) skips groups 2 and 4;
 ``--disable-pass NAME`` skips one pass (a plugin's pass is named ``plugin:pass``; its bare
 ``pass`` name works too where no other pass has it).
 """
@@ -39,6 +45,7 @@ log = logging.getLogger("plugrt.passes")
 
 CLEANUP = "cleanup"
 FUSION = "fusion"
+QUANTIZE = "quantize"
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ PIPELINE: tuple = (
     ("fold_scales", FUSION),
     FUSION,
     ("eliminate_dead_code", CLEANUP),
+    QUANTIZE,
     ("fuse_epilogues", FUSION),
     ("fuse_pointwise", FUSION),
     ("eliminate_dead_code", CLEANUP),
@@ -105,15 +113,20 @@ def pipeline(registry) -> list[PassEntry]:
 #: The pass before which the builder's precision step runs (:mod:`plugrt.engine.precision`).
 PRECISION_BEFORE = "fuse_epilogues"
 PRECISION_STEP = "assign_precision"
+#: The builder's INT8 step (calibration), before the ``quantize`` passes.
+INT8_STEP = "calibrate_int8"
 
 
 def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str] = (),
-             precision: Callable[[Graph], int] | None = None) -> list[PassResult]:
+             precision: Callable[[Graph], int] | None = None,
+             int8: Callable[[Graph], int] | None = None) -> list[PassResult]:
     """Run the pipeline on ``graph`` in place; return what each pass did.
 
     ``precision(graph) -> rewrites`` (the builder's precision step) runs after the passes
     that change which ops the graph holds and before fusion into generated kernels, so
-    that the casts it inserts fuse into their neighbours.
+    that the casts it inserts fuse into their neighbours. ``int8(graph) -> count`` (the
+    builder's calibration, which sets :attr:`Graph.int8`) runs before the ``quantize``
+    passes.
 
     :raises PlugrtError: for a disabled name that is no pass, or a pass that breaks the
         graph (named, with the problem).
@@ -130,12 +143,16 @@ def optimize(graph: Graph, registry, fusion: bool = True, disabled: Iterable[str
         at = next((i for i, e in enumerate(entries) if e.name == PRECISION_BEFORE), len(entries))
         position = sum(1 for e in entries[:at] if e in runs)
         runs.insert(position, PassEntry(PRECISION_STEP, FUSION, lambda g, r: precision(g)))
+    if int8 is not None:
+        at = next((i for i, e in enumerate(runs) if e.group == QUANTIZE or e.name == PRECISION_STEP),
+                  next((i for i, e in enumerate(runs) if e.name == PRECISION_BEFORE), len(runs)))
+        runs.insert(at, PassEntry(INT8_STEP, QUANTIZE, lambda g, r: int8(g)))
     for entry in runs:
         before, started = len(graph.nodes), time.perf_counter()
         try:
             rewrites = int(entry.run(graph, registry) or 0)
         except PlugrtError as exc:
-            if entry.name == PRECISION_STEP:
+            if entry.name in (PRECISION_STEP, INT8_STEP):
                 raise
             raise PlugrtError(f"pass {entry.name}: {exc}") from exc
         seconds = time.perf_counter() - started

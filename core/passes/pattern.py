@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Mapping
 import numpy as np
 
 from plugrt.errors import PlugrtError
-from plugrt.ir.graph import Graph, Node, origin_of
+from plugrt.ir.graph import Graph, Int8Request, Node, origin_of
 from plugrt.plugin import canonical_domain
 from plugrt.passes import rewrite
 
@@ -258,7 +258,7 @@ from plugrt.passes.rewrite import (add_constant, extra_outputs_used, finish, fre
 
 __all__ = [
     # the graph a pass rewrites
-    "Graph", "Node",
+    "Graph", "Node", "Int8Request",
     # patterns
     "Pattern", "op", "capture", "const", "either", "close_to", "is_scalar",
     # matching and rewriting
