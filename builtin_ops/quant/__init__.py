@@ -4,16 +4,21 @@
   :mod:`.granularity` (per-tensor, per-axis and blocked scales);
 - :mod:`.device_functions`: their scalar device functions (round half to even, saturate),
   which the per-tensor forms offer for fusion into chains and anchor epilogues;
+- :mod:`.integer_ops`: ConvInteger, an ``ANCHOR`` whose epilogue receives its int32
+  accumulator (MatMulInteger is the matmul family's), with :mod:`.tactics` ordering its
+  kernels;
 - kernels: :mod:`.per_axis` (per-axis and blocked Q/DQ), :mod:`.dynamic`
-  (DynamicQuantizeLinear's range reduction and quantization).
+  (DynamicQuantizeLinear's range reduction and quantization), :mod:`.conv_integer`
+  (direct and implicit-GEMM integer convolutions) with :mod:`.dp4a` (the ``dp4a``
+  byte dot product as inline PTX, and its plain sibling for the simulator).
 """
 
 from plugrt import hookimpl
 
-from . import ops
+from . import integer_ops, ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS
+OPS = ops.OPS + integer_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)

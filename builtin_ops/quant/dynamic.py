@@ -23,6 +23,8 @@ from .device_functions import quantize, rint
 THREADS = 256
 #: Most blocks (partials) of the first reduction; the workspace holds two floats per block.
 MAX_PARTIALS = 1024
+#: The empty range's bounds.
+INF = np.float32(np.inf)
 
 
 def _threads() -> int:
@@ -39,7 +41,7 @@ def range_kernel(threads: int):
         low = cuda.shared.array(threads, float32)
         high = cuda.shared.array(threads, float32)
         tid = cuda.threadIdx.x
-        lo, hi = float32(np.inf), float32(-np.inf)
+        lo, hi = INF, -INF
         for i in range(int64(cuda.grid(1)), n, int64(cuda.gridsize(1))):
             v = x[i]
             lo = min(lo, v)

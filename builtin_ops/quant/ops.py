@@ -155,7 +155,7 @@ class QuantizeLinear(_LinearQuantization):
         x = TensorInfo(F32, (2, 3, 4))
         positive = {1: (0.05, 0.5)}
         return [
-            Example((x, np.float32(0.1), np.int8(-3)), ranges=positive, name="per-tensor int8"),
+            Example((x, np.float32(0.1), np.int8(-3)), name="per-tensor int8"),
             Example((x, TensorInfo(F32, ()), TensorInfo(np.uint8, ())), ranges=positive, name="runtime scale uint8"),
             Example((TensorInfo(F16, (3, 5)), np.float16(0.25)), name="float16 x, no zero point (uint8)"),
             Example((x, np.linspace(0.05, 0.2, 3, dtype=np.float32), np.array([0, 5, -5], np.int8)),
