@@ -235,12 +235,96 @@ def test_integer_anchor_fuses_a_requantizing_chain(rng, registry, anchor, channe
             np.testing.assert_array_equal(got, want)
 
 
+# ----------------------------------------------------------------------------- QLinearConv, QLinearMatMul
+
+
+@pytest.fixture
+def tiny_matmul_tiles(monkeypatch):
+    from plugrt_builtin_ops.matmul import tactics as matmul_tactics
+
+    monkeypatch.setattr(matmul_tactics, "TILE_CONFIGS", ((4, 4, 4, 2, 2),))
+
+
+def test_qlinear_tactics(rng, tiny_matmul_tiles):
+    """Every tactic of both ops (the integer kernels with the requantizing store), with
+    constant and runtime scales and zero points."""
+    f32 = np.float32
+    feeds = {"x": _ints(rng, np.uint8, (1, 3, 5, 4)), "xs": f32(0.02), "xz": np.uint8(128),
+             "w": _ints(rng, np.int8, (4, 3, 3, 3)), "ws": rng.uniform(0.01, 0.02, 4).astype(f32), "wz": np.int8(0),
+             "ys": f32(0.5), "yz": np.uint8(100), "b": rng.integers(-500, 500, 4).astype(np.int32)}
+    check_node("QLinearConv", feeds, {"pads": [1, 1, 1, 1]}, constants={"w", "ws", "b"}, opset=10)
+    del feeds["b"]
+    check_node("QLinearConv", dict(feeds, ws=f32(0.015)), {"strides": [2, 1]}, opset=10)
+    a, b = _ints(rng, np.int8, (2, 3, 5)), _ints(rng, np.int8, (5, 6))
+    check_node("QLinearMatMul", {"a": a, "as": f32(0.05), "az": np.int8(-3), "b": b,
+                                 "bs": rng.uniform(0.01, 0.03, 6).astype(f32), "bz": np.arange(6, dtype=np.int8),
+                                 "ys": f32(0.3), "yz": np.int8(4)}, opset=21)
+    f16 = np.float16
+    check_node("QLinearMatMul", {"a": a.view(np.uint8), "as": f16(0.05), "az": np.uint8(130), "b": b.view(np.uint8),
+                                 "bs": f16(0.02), "bz": np.uint8(120), "ys": f16(0.7), "yz": np.uint8(128)}, opset=21)
+
+
+def test_qlinear_conv_fuses_the_dequantize_after_it(rng, registry):
+    """QLinearConv -> DequantizeLinear -> Relu: one layer, the requantized int8 value
+    dequantized and activated in the same store."""
+    f32 = np.float32
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (
+        ("xs", f32(0.02)), ("xz", np.uint8(128)), ("w", _ints(rng, np.int8, (4, 3, 3, 3))), ("ws", f32(0.01)),
+        ("wz", np.int8(0)), ("ys", f32(0.25)), ("yz", np.int8(-10)), ("b", rng.integers(-300, 300, 4).astype(np.int32)),
+        ("ds", f32(0.25)))]
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["q"], pads=[1, 1, 1, 1]),
+             helper.make_node("DequantizeLinear", ["q", "ds", "yz"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    engine = Builder(registry).build_engine(model)
+    assert [layer["op"] for layer in engine.inspect()["layers"]] == ["QLinearConv+DequantizeLinear+Relu"]
+    feeds = {"x": _ints(rng, np.uint8, (1, 3, 4, 4))}
+    want = prepare(model, "CPU").run(feeds)[0]
+    np.testing.assert_array_equal(engine.create_execution_context().execute(feeds)["y"], want)
+
+
 # ----------------------------------------------------------------------------- conformance kit and GPU typing
 
 
 def test_conformance_kit_passes_the_family(registry):
     report = check_plugin("builtin-quant", registry=registry)  # raises ConformanceError naming any failure
-    assert report.ok and report.ops() == ["ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "QuantizeLinear"]
+    assert report.ok and report.ops() == ["ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                                          "QLinearMatMul", "QuantizeLinear"]
+
+
+def test_dp4a_assembles_for_sm_90(tmp_path):
+    """Numba's typing never reads the asm text: ptxas checks every dp4a variant the
+    implicit GEMM emits."""
+    import shutil
+    import subprocess
+
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas not installed")
+    body = "\n    ".join(dp4a.dp4a_ptx(a, b).replace("$0", "%r1").replace("$1", "%r2").replace("$2", "%r3")
+                          .replace("$3", "%r1") for a in (True, False) for b in (True, False))
+    source = f"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry probe(.param .u64 out)
+{{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    mov.b32 %r1, 7;
+    mov.b32 %r2, 16909060;
+    mov.b32 %r3, 4294967295;
+    {body}
+    st.global.u32 [%rd1], %r1;
+    ret;
+}}
+"""
+    (tmp_path / "dp4a.ptx").write_text(source)
+    proc = subprocess.run([ptxas, "-arch=sm_90", str(tmp_path / "dp4a.ptx"), "-o", str(tmp_path / "dp4a.cubin")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + source
 
 
 def test_kernels_compile_for_the_gpu():
@@ -281,6 +365,13 @@ def test_kernels_compile_for_the_gpu():
             fn = qd.dequantize(np.dtype(out), True)
             check(f"per_axis dq {x} {out}", pa.per_axis_kernel(fn, np.dtype(x), np.dtype("float32"), True),
                   [arr(out), arr(x), arr(np.float32), arr(x), arr(np.int64)], True)
+        from plugrt_builtin_ops.quant import requantize as rq
+        for s_dt, o_dt in (("float32", "int8"), ("float16", "uint8")):
+            fn = rq.composed(rq.requantizer(np.dtype(s_dt), np.dtype(o_dt)), plain)
+            mine = types.Tuple((arr(np.int64), arr(s_dt), arr(s_dt), arr(s_dt), arr(o_dt), arr(np.int32)))
+            check(f"qlinear requantizing store {s_dt} {o_dt}", ci.direct_kernel(fn),
+                  [arr(o_dt), arr("uint8"), arr("int8"), arr("uint8"), arr("int8"), I64, I64, arr(np.int64),
+                   arr(np.int64), types.Tuple((mine, types.Tuple((arr(np.int64),))))])
         check("range", dq.range_kernel(256), [arr(np.float32), I64, arr(np.float32)], True)
         check("parameters", dq.parameters_kernel(256), [arr(np.float32), I64, arr(np.float32), arr(np.uint8)], True)
         check("dynamic quantize", dq.quantize_kernel(),

@@ -273,6 +273,40 @@ def test_conv_integer_per_channel_weight_zero_point_and_1d(rng):
     np.testing.assert_array_equal(got[0], want[0])
 
 
+# ----------------------------------------------------------------------------- QLinearConv, QLinearMatMul
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qlinear_conv_against_onnxruntime(rng, x_dtype, w_dtype, per_channel):
+    x, w = rng.integers(0, 120, (2, 4, 6, 5)).astype(x_dtype), rng.integers(0, 100, (6, 2, 3, 3)).astype(w_dtype)
+    w_scale = rng.uniform(0.005, 0.02, 6 if per_channel else ()).astype(np.float32)
+    feeds = {"x": x, "xs": np.float32(0.03), "xz": x_dtype(rng.integers(0, 20)), "w": w, "ws": w_scale,
+             "wz": w_dtype(0), "ys": np.float32(0.4), "yz": x_dtype(rng.integers(0, 20)),
+             "b": rng.integers(-2000, 2000, 6).astype(np.int32)}
+    attrs = {"group": 2, "pads": [1, 0, 1, 1], "strides": [1, 2]}
+    got, want = _both("QLinearConv", feeds, attrs, opset=10, constants=("w", "ws", "wz", "b"))
+    np.testing.assert_array_equal(got[0], want[0])
+    reference = _onnx_reference(_model("QLinearConv", feeds, attrs, opset=10), feeds)[0]
+    np.testing.assert_array_equal(got[0], reference)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 5), (5, 4)), ((2, 3, 6), (6, 2)), ((2, 1, 3, 4), (3, 4, 5))])
+def test_qlinear_matmul_against_onnxruntime(rng, dtype, a_shape, b_shape):
+    info = np.iinfo(dtype)
+    a, b = rng.integers(info.min, info.max, a_shape).astype(dtype), rng.integers(info.min, info.max, b_shape).astype(dtype)
+    feeds = {"a": a, "as": np.float32(0.02), "az": dtype(3), "b": b, "bs": np.float32(0.03), "bz": dtype(5),
+             "ys": np.float32(0.5), "yz": dtype(10)}
+    got, want = _both("QLinearMatMul", feeds, opset=10)
+    np.testing.assert_array_equal(got[0], want[0])
+    half = {k: (v.astype(np.float16) if k in ("as", "bs", "ys") else v) for k, v in feeds.items()}
+    half["bs"] = rng.uniform(0.01, 0.05, b_shape[-1]).astype(np.float16)  # per column
+    half["bz"] = rng.integers(0, 10, b_shape[-1]).astype(dtype)
+    got, want = _both("QLinearMatMul", half, opset=21, against=_onnx_reference)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 # ----------------------------------------------------------------------------- errors and contract
 
 
@@ -308,6 +342,18 @@ def test_bad_nodes_are_refused_with_what_to_fix():
     assert info.type is ShapeError and "output channels" in str(info.value)
     info = _import_error("ConvInteger", {"x": xq.astype(np.float32), "w": w}, opset=10)
     assert info.type is UnsupportedError
+    f32 = np.float32
+    qa = np.zeros((2, 3), np.uint8)
+    info = _import_error("QLinearMatMul", {"a": qa, "as": np.ones(2, f32), "az": np.uint8(0), "b": qa.T.copy(),
+                                           "bs": f32(1), "bz": np.uint8(0), "ys": f32(1), "yz": np.uint8(0)}, opset=21)
+    assert info.type is UnsupportedError and "a_scale" in str(info.value) and "per-tensor" in str(info.value)
+    info = _import_error("QLinearMatMul", {"a": qa, "as": f32(1), "az": np.uint8(0), "b": qa.T.copy(),
+                                           "bs": np.float16(1), "bz": np.uint8(0), "ys": f32(1), "yz": np.uint8(0)},
+                         opset=21)
+    assert info.type is UnsupportedError and "one dtype" in str(info.value)
+    info = _import_error("QLinearConv", {"x": xq, "xs": f32(1), "xz": np.uint8(0), "w": w, "ws": np.ones(3, f32),
+                                         "wz": np.int8(0), "ys": f32(1), "yz": np.uint8(0)}, opset=10)
+    assert info.type is ShapeError and "w_scale" in str(info.value)
 
 
 def test_plugin_contract(registry):
