@@ -10,7 +10,10 @@
 - kernels: :mod:`.per_axis` (per-axis and blocked Q/DQ), :mod:`.dynamic`
   (DynamicQuantizeLinear's range reduction and quantization), :mod:`.conv_integer`
   (direct and implicit-GEMM integer convolutions) with :mod:`.dp4a` (the ``dp4a``
-  byte dot product as inline PTX, and its plain sibling for the simulator).
+  byte dot product as inline PTX, and its plain sibling for the simulator);
+- ``quantize`` passes: :mod:`.quantizable` (``place_qdq``: an INT8 build's calibrated
+  ranges become Q/DQ pairs) and :mod:`.fuse_qdq` (Q/DQ around Conv, MatMul and Gemm become
+  their integer forms, for placed and model-given Q/DQ alike).
 """
 
 from plugrt import hookimpl
@@ -27,3 +30,22 @@ PLUGRT_API = (1, 1)
 @hookimpl
 def plugrt_ops():
     return [op() for op in OPS]
+
+
+#: Where the family's ``quantize`` passes run in that stage: placement, then fusion.
+PLACE_PRIORITY = 10
+FUSE_PRIORITY = 20
+
+
+@hookimpl
+def plugrt_passes():
+    from plugrt.plugin import GraphPass
+
+    from . import fuse_qdq, quantizable
+
+    return [GraphPass(quantizable.NAME, quantizable.run, priority=PLACE_PRIORITY, stage="quantize",
+                      description="an INT8 build's calibrated ranges -> Q/DQ pairs at the inputs of Conv, "
+                                  "MatMul and Gemm (weights quantized per output channel)"),
+            GraphPass(fuse_qdq.NAME, fuse_qdq.run, priority=FUSE_PRIORITY, stage="quantize",
+                      description="DQ -> Conv/MatMul/Gemm -> ConvInteger/MatMulInteger + rescale; DQ moved below "
+                                  "MaxPool/Reshape/...; Q(DQ(q)) -> q; constant DQs folded")]

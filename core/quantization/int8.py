@@ -108,6 +108,8 @@ def prepare(graph: Graph, registry, config, profile, metric=None) -> int:
                                   "--calibration-data DATA too (the cache's ranges are still used)")
             kept = _first_batches(graph, registry, config, BATCHES)
         fit_budget(graph, registry, config, metric, kept)
+    elif not kept and config.calibration_data is not None and config.accuracy_check:
+        kept = _first_batches(graph, registry, config, 1)  # ranges from the cache: data still checks accuracy
     if kept:
         graph.int8.feeds, graph.int8.reference = kept[0]
     return len(ranges)

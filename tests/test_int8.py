@@ -1,0 +1,206 @@
+"""INT8 engines: calibration (implicit quantization), the calibration cache, Q/DQ placement
+and fusion into integer layers, fallbacks, the accuracy budget and the CLI.
+
+Oracles: the FP32 model in onnxruntime (an INT8 engine is within quantization's error of
+it), and the engine's own graph run through the plugins' NumPy references (the kernels
+compute exactly the quantized arithmetic: equal up to a rounding tie now and then).
+In the simulator nothing is timed, so INT8 is taken wherever calibration allows it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+from plugrt.cli import main
+from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+from plugrt.engine.accuracy import relative_error
+from plugrt.errors import PlugrtError
+from plugrt.reference import ReferenceExecutor
+from plugrt.registry import default_registry
+from test_precision import conv_net, encoder_layer
+
+#: An INT8 engine of these small random networks against the FP32 model.
+INT8_TOLERANCE = 6e-2
+#: The engine against its own graph's references (a rounding tie may flip one level).
+KERNEL_TOLERANCE = 2e-2
+
+
+def _batches(seed: int, shape, count: int = 3, name: str = "x") -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(count)]
+
+
+def _build(model, **options):
+    config = BuilderConfig(int8=True, progress=False, **options)
+    return Builder().build_engine(model, config)
+
+
+def _run(engine, feeds):
+    with engine.create_execution_context() as context:
+        return context.execute(feeds)
+
+
+def _onnxruntime(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def _layer_ops(engine) -> list[str]:
+    return [layer["op"] for layer in engine.inspect()["layers"]]
+
+
+def test_calibrated_convnet_runs_int8_layers_without_quantize_kernels_between_them():
+    model = conv_net(3)
+    engine = _build(model, calibration_data=_batches(0, (1, 3, 6, 6), 4))
+    decisions = engine.precision["decisions"]
+    assert {name for name, d in decisions.items() if d == "int8"} >= {"conv1", "conv2", "conv3", "fc"}
+    ops = _layer_ops(engine)
+    # Only the engine's input and the global pool's output are quantized by a kernel of their
+    # own: what an integer layer stores is already INT8 (or read by its reader's epilogue).
+    layers = engine.inspect()["layers"]
+    made_by = {name: layer["op"] for layer in layers for name in layer["outputs"]}
+    for layer in layers:
+        if layer["op"] in ("QuantizeLinear", "DequantizeLinear"):
+            assert not any("Integer" in made_by.get(name, "") for name in layer["inputs"]), layers
+    assert sum("ConvInteger" in op for op in ops) == 3 and any("MatMulInteger" in op for op in ops), ops
+    feeds = _batches(11, (1, 3, 6, 6), 1)[0]
+    got = _run(engine, feeds)["y"]
+    expected = _onnxruntime(model, feeds)["y"]
+    quantized = ReferenceExecutor(engine.graph, default_registry()).run(feeds)["y"]
+    assert relative_error(got, quantized) < KERNEL_TOLERANCE
+    assert 0 < relative_error(got, expected) < INT8_TOLERANCE
+    assert engine.precision["int8"]["layers"] >= 4 and engine.precision["accuracy"]["max"] < INT8_TOLERANCE
+
+
+def test_transformer_matmuls_run_int8():
+    model = encoder_layer(5)
+    engine = _build(model, calibration_data=_batches(1, (1, 4, 8), 3))
+    int8 = {name for name, d in engine.precision["decisions"].items() if d == "int8"}
+    assert {"q", "k", "v"} <= int8, engine.precision["decisions"]
+    feeds = _batches(12, (1, 4, 8), 1)[0]
+    got, expected = _run(engine, feeds), _onnxruntime(model, feeds)
+    name = next(iter(expected))
+    assert relative_error(got[name], expected[name]) < INT8_TOLERANCE
+
+
+@pytest.mark.parametrize("algorithm", ["entropy", "minmax", "percentile", "mse"])
+def test_every_algorithm_builds(algorithm):
+    engine = _build(conv_net(4), calibration_data=_batches(2, (1, 3, 6, 6), 2), calibration_algorithm=algorithm)
+    assert engine.precision["int8"]["algorithm"] == algorithm and engine.precision["int8"]["layers"] >= 4
+
+
+def test_cache_is_reused_to_the_same_plan_and_refused_for_another_model(tmp_path):
+    cache = tmp_path / "calibration.cache"
+    first = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache))
+    text = cache.read_text().splitlines()
+    assert text[0].startswith("plugrt-1-EntropyCalibration2 model=") and len(text) > 4
+    # Calibration skipped (the data only serves the accuracy check): the same plan, byte for byte.
+    again = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache))
+    a, b = tmp_path / "a.plan", tmp_path / "b.plan"
+    first.save(str(a))
+    again.save(str(b))
+    assert a.read_bytes() == b.read_bytes()
+    alone = _build(conv_net(6), calibration_cache=str(cache))  # no data at all: the cache has the ranges
+    assert alone.inspect()["layers"] == first.inspect()["layers"]
+    assert alone.precision["decisions"] == first.precision["decisions"] and alone.precision["accuracy"] is None
+    changed = conv_net(6)
+    weight = next(t for t in changed.graph.initializer if t.name == "w2")
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, "w2"))
+    with pytest.raises(PlugrtError, match="another model"):
+        _build(changed, calibration_cache=str(cache))
+    with pytest.raises(PlugrtError, match="MinMax|minmax"):
+        _build(conv_net(6), calibration_cache=str(cache), calibration_algorithm="minmax")
+
+
+def test_a_layer_without_a_range_falls_back_and_says_why():
+    from onnx import TensorProto, helper
+
+    model = conv_net(7)
+    graph = model.graph
+    # conv2 reads p1 * 0: a tensor that is zero throughout calibration has no range.
+    graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "zero"))
+    graph.node.insert(4, helper.make_node("Mul", ["p1", "zero"], ["p1_zero"], name="zeroed"))
+    conv2 = next(n for n in graph.node if n.name == "conv2")
+    conv2.input[0] = "p1_zero"
+    assert TensorProto.FLOAT  # (the model stays float)
+    engine = _build(model, calibration_data=_batches(4, (1, 3, 6, 6), 2))
+    reasons = {f["layer"]: f["reason"] for f in engine.precision["fallbacks"]}
+    assert "conv2" in reasons and "no calibrated range" in reasons["conv2"]
+    assert engine.precision["decisions"].get("conv2") != "int8"
+
+
+def test_layer_precision_keeps_a_layer_in_float():
+    engine = _build(conv_net(8), calibration_data=_batches(5, (1, 3, 6, 6), 2), layer_precisions={"conv3": "fp32"})
+    assert engine.precision["decisions"].get("conv3") != "int8"
+    assert any(f["layer"] == "conv3" for f in engine.precision["fallbacks"])
+
+
+def test_accuracy_budget_keeps_the_most_sensitive_layers_in_float():
+    data = _batches(6, (1, 3, 6, 6), 4)
+    full = _build(conv_net(9), calibration_data=data)
+    error = full.precision["accuracy"]["max"]
+    assert error > 0
+    budget = error / 4
+    engine = _build(conv_net(9), calibration_data=data, accuracy_budget=budget)
+    fallbacks = [f for f in engine.precision["fallbacks"] if "accuracy budget" in f["reason"]]
+    assert fallbacks, engine.precision
+    assert engine.precision["accuracy"]["max"] <= budget + KERNEL_TOLERANCE * error
+    assert engine.precision["int8"]["layers"] < full.precision["int8"]["layers"]
+
+
+def test_int8_errors_name_the_fix(tmp_path):
+    model = conv_net(10)
+    with pytest.raises(PlugrtError, match="calibration data"):
+        _build(model)
+    with pytest.raises(PlugrtError, match="without --int8"):
+        Builder().build_engine(model, BuilderConfig(calibration_data=_batches(0, (1, 3, 6, 6), 1)))
+    with pytest.raises(PlugrtError, match="'x'"):
+        _build(model, calibration_data=[{"input": np.ones((1, 3, 6, 6), np.float32)}])
+    with pytest.raises(PlugrtError, match="algorithm"):
+        _build(model, calibration_data=_batches(0, (1, 3, 6, 6), 1), calibration_algorithm="kl")
+
+
+def test_calibration_covers_every_batch_shape_in_the_profile():
+    """Batches at the profile's min and max shapes both calibrate; one outside is refused."""
+    model = conv_net(12)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    profile = OptimizationProfile()
+    profile.set_shape("x", (1, 3, 6, 6), (2, 3, 6, 6), (4, 3, 6, 6))
+    data = _batches(7, (1, 3, 6, 6), 1) + _batches(8, (4, 3, 6, 6), 1)
+    engine = _build(model, calibration_data=data, profiles=[profile])
+    feeds = _batches(13, (3, 3, 6, 6), 1)[0]
+    assert relative_error(_run(engine, feeds)["y"], _onnxruntime(model, feeds)["y"]) < INT8_TOLERANCE
+    with pytest.raises(PlugrtError, match="outside the optimization profile"):
+        _build(model, calibration_data=_batches(9, (8, 3, 6, 6), 1), profiles=[profile])
+
+
+def test_cli_builds_int8_from_a_folder_of_batches(tmp_path, capsys):
+    import onnx
+
+    model_path = tmp_path / "net.onnx"
+    onnx.save(conv_net(13), str(model_path))
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    for index, batch in enumerate(_batches(10, (1, 3, 6, 6), 3)):
+        np.savez(folder / f"batch{index}.npz", **batch)
+    plan = tmp_path / "net.plan"
+    cache = tmp_path / "net.calibration"
+    code = main(["build", str(model_path), "-o", str(plan), "--int8", "--calibration-data", str(folder),
+                 "--calibration-cache", str(cache), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0 and plan.exists() and cache.exists()
+    assert "int8" in out
+    code = main(["build", str(model_path), "-o", str(tmp_path / "other.plan"), "--int8", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code != 0 and "calibration data" in captured.err and "Traceback" not in captured.err
+
+
+def test_quantize_passes_log_nothing_for_a_float_build(caplog):
+    with caplog.at_level(logging.INFO, logger="plugrt"):
+        engine = Builder().build_engine(conv_net(14), BuilderConfig(progress=False))
+    assert engine.precision is None
