@@ -125,7 +125,7 @@ def test_conv_integer_tactics(rng, x_dtype, w_dtype):
         x, w = _ints(rng, x_dtype, x_shape), _ints(rng, w_dtype, w_shape)
         x_zp, w_zp = x_dtype(rng.integers(0, 100)), w_dtype(rng.integers(0, 100))
         check_node("ConvInteger", {"x": x, "w": w, "xz": x_zp, "wz": w_zp}, attrs, constants={"w"}, opset=10)
-    x, w = _ints(rng, x_dtype, (1, 3, 4, 4)), _ints(rng, w_dtype, (5, 3, 2, 2))
+    x, w = _ints(rng, x_dtype, (1, 3, 4, 4)), _ints(rng, w_dtype, (5, 3, 2, 2))  # K = 12: weights by words
     per_channel = _ints(rng, w_dtype, (5,))
     check_node("ConvInteger", {"x": x, "w": w, "xz": x_dtype(9), "wz": per_channel}, constants={"w", "wz"}, opset=10)
     check_node("ConvInteger", {"x": x, "w": w}, opset=10)  # no zero points: no correction terms
@@ -138,6 +138,18 @@ def test_conv_integer_offers_both_kernels(registry):
     node = graph.nodes[0]
     found = registry.tactics(registry.op(node), node, [graph.info(n) for n in node.inputs], [graph.info("out0")])
     assert [t.name for t in found] == ["direct"] + [c.name for c in TINY_TILES]  # the simulator's order
+    ins = [cuda.to_device(np.zeros((1, 3, 4, 4), np.uint8)), cuda.to_device(np.zeros((2, 3, 3, 3), np.int8))]
+    out = cuda.device_array((1, 2, 2, 2), np.int32)
+    names = [t.launches(ins, [out], None)[0].kernel.py_func.__name__ for t in found[1:]]
+    assert not any(n.endswith("_words") for n in names)  # K = 27: weights by bytes
+    graph = import_model(single_node_model("ConvInteger", {"x": np.zeros((1, 3, 4, 4), np.uint8),
+                                                           "w": np.zeros((2, 3, 2, 2), np.int8)}, opset=10))
+    node = graph.nodes[0]
+    found = registry.tactics(registry.op(node), node, [graph.info(n) for n in node.inputs], [graph.info("out0")])
+    ins[1] = cuda.to_device(np.zeros((2, 3, 2, 2), np.int8))
+    out = cuda.device_array((1, 2, 3, 3), np.int32)
+    names = [t.launches(ins, [out], None)[0].kernel.py_func.__name__ for t in found[1:]]
+    assert all(n.endswith("_words") for n in names)  # K = 12: weights by 4-byte words
 
 
 @jit(device=True)
@@ -350,10 +362,13 @@ def test_kernels_compile_for_the_gpu():
                 for out, fn, ops in (("int32", plain, types.Tuple((arr(np.int64),))),
                                      ("int8", requant, types.Tuple((arr(np.int64), arr(np.float32))))):
                     args = [arr(out), arr(xs), arr(ws), arr(xs), arr(ws), I64, arr(np.int64), arr(np.int64), ops]
+                    words = args[:2] + [arr(np.uint32)] + args[3:]
                     for c in TILE_CONFIGS:
                         for zx, zw in ((False, False), (True, True)):
                             check(f"gemm {c.name} {xs} {ws} {out} {zx} {zw}",
                                   ci.gemm_kernel(c, xs == "int8", ws == "int8", zx, zw, fn), args)
+                        check(f"gemm {c.name} {xs} {ws} {out} weight words",
+                              ci.gemm_kernel(c, xs == "int8", ws == "int8", True, False, fn, w_words=True), words)
                     check(f"direct {xs} {ws} {out}", ci.direct_kernel(fn), args[:6] + [I64] + args[6:])
         for x, s, t, f32 in (("float32", "float32", "int8", True), ("float16", "float16", "uint8", True),
                              ("int32", "float32", "int16", False)):

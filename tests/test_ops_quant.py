@@ -88,6 +88,13 @@ def test_quantize_rounds_half_to_even_and_saturates():
         np.testing.assert_array_equal(got[0], ort[0])
 
 
+def test_one_element_scale_and_zero_point_of_different_ranks(rng):
+    x = (rng.standard_normal((3, 4)) * 20).astype(np.float32)
+    got, want = _both("QuantizeLinear", {"x": x, "s": np.array([0.2], np.float32), "z": np.int8(-1)},
+                      constants=("s", "z"))
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 def test_quantize_without_zero_point_is_uint8(rng):
     x = (rng.standard_normal((4, 6)) * 20).astype(np.float32)
     got, want = _both("QuantizeLinear", {"x": x, "s": np.float32(0.25)}, opset=13)

@@ -5,7 +5,8 @@
 - ``implicit_gemm``: 1-D/2-D convolutions as a GEMM per group, rows the output positions
   (batch included), columns the group's output channels, K = in-channels x kernel taps.
   A block stages a ``bm x bk`` tile of im2col rows and a ``bn x bk`` tile of weights in
-  shared memory, four K values packed in each uint32 word, and every thread multiplies a
+  shared memory, four K values packed in each uint32 word (the weights read a word at a
+  time where K is a multiple of 4), and every thread multiplies a
   ``tm x tn`` register tile with :func:`.dp4a.dot4` (``dp4a`` on the GPU, its plain
   sibling in the simulator). It multiplies raw bytes (a padded input reads as the input's
   zero point) and corrects once at the store: ``sum (x - zx)(w - zw) = sum x w
@@ -159,9 +160,11 @@ class TileConfig:
 
 @functools.lru_cache(maxsize=None)
 def gemm_kernel(config: TileConfig, x_signed: bool, w_signed: bool, x_zero_point: bool, w_zero_point: bool,
-                epilogue_fn):
+                epilogue_fn, w_words: bool = False):
     """The implicit-GEMM kernel for one tile, operand signedness, zero points present and
-    epilogue. Arguments ``(y, x, w, x_zp, w_zp, wz_step, geo, taps, operands)``."""
+    epilogue. Arguments ``(y, x, w, x_zp, w_zp, wz_step, geo, taps, operands)``; with
+    ``w_words`` (K a multiple of 4) ``w`` is the weights' uint32 view, four K values a load.
+    The K step's rows of ``taps`` are staged in shared memory first."""
     BM, BN, BK, TM, TN = config.bm, config.bn, config.bk, config.tm, config.tn
     BK4 = BK // 4
     TX, TY = BM // TM, BN // TN
@@ -171,10 +174,12 @@ def gemm_kernel(config: TileConfig, x_signed: bool, w_signed: bool, x_zero_point
     dot = dot4(x_signed, w_signed)
     ones_x, ones_w = dot4(x_signed, False), dot4(False, w_signed)
     SUM_X, SUM_W = bool(w_zero_point), bool(x_zero_point)  # sum x corrects w's zero point, and vice versa
+    W_WORDS = bool(w_words)
 
     def conv_integer_gemm(y, x, w, x_zp, w_zp, wz_step, geo, taps, operands):
         sa = cuda.shared.array((BK4, BM), uint32)
         sb = cuda.shared.array((BK4, BN), uint32)
+        stap = cuda.shared.array((3, BK), int64)
         acc = cuda.local.array((TM, TN), int32)
         sum_x = cuda.local.array(TM, int32)
         sum_w = cuda.local.array(TN, int32)
@@ -217,20 +222,26 @@ def gemm_kernel(config: TileConfig, x_signed: bool, w_signed: bool, x_zero_point
             for j in range(TN):
                 sum_w[j] = 0
             for k0 in range(0, k_size, BK):
+                for t in range(tid, BK, NT):
+                    if k0 + t < k_size:
+                        stap[0, t] = taps[3 * (k0 + t)]
+                        stap[1, t] = taps[3 * (k0 + t) + 1]
+                        stap[2, t] = taps[3 * (k0 + t) + 2]
+                cuda.syncthreads()
                 for r in range(A_LOADS):
                     e = tid + r * NT
                     if e < A_WORDS:
                         kq = e // BM
                         v0, v1, v2, v3 = int64(0), int64(0), int64(0), int64(0)
                         for b in range(4):
-                            k = k0 + 4 * kq + b
+                            t = 4 * kq + b
                             v = int64(0)
-                            if k < k_size and base[r] >= 0:
-                                ih = top[r] + taps[3 * k + 1]
-                                iw = left[r] + taps[3 * k + 2]
+                            if k0 + t < k_size and base[r] >= 0:
+                                ih = top[r] + stap[1, t]
+                                iw = left[r] + stap[2, t]
                                 v = xz_raw
                                 if ih >= 0 and ih < height and iw >= 0 and iw < width:
-                                    v = int64(x[base[r] + taps[3 * k] + ih * width + iw])
+                                    v = int64(x[base[r] + stap[0, t] + ih * width + iw])
                             if b == 0:
                                 v0 = v
                             elif b == 1:
@@ -247,6 +258,12 @@ def gemm_kernel(config: TileConfig, x_signed: bool, w_signed: bool, x_zero_point
                         col = e // BK4
                         gn = n0 + col
                         k = k0 + 4 * kq
+                        if W_WORDS:  # K % 4 == 0: the word is whole and aligned
+                            word = uint32(0)
+                            if gn < mg and k < k_size:
+                                word = uint32(w[((g * mg + gn) * k_size + k) // 4])
+                            sb[kq, col] = word
+                            continue
                         v0, v1, v2, v3 = int64(0), int64(0), int64(0), int64(0)
                         if gn < mg:
                             wrow = (g * mg + gn) * k_size
@@ -294,5 +311,5 @@ def gemm_kernel(config: TileConfig, x_signed: bool, w_signed: bool, x_zero_point
                             o = (n * cout + m) * plane + (gm - n * plane)
                             y[o] = epilogue_fn(value, o, operands)
 
-    conv_integer_gemm.__name__ = f"conv_integer_{config.name}"
+    conv_integer_gemm.__name__ = f"conv_integer_{config.name}{'_words' if w_words else ''}"
     return jit(conv_integer_gemm)

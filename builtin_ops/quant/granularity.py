@@ -35,10 +35,12 @@ def _size(shape) -> int | None:
 
 
 def granularity(node, x_shape, scale_shape, zero_point_shape=None) -> Granularity:
-    """The node's granularity, or a :class:`ShapeError` naming what does not fit."""
+    """The node's granularity, or a :class:`ShapeError` naming what does not fit (a scale
+    and zero point of one element each pass whatever their ranks, as exporters write them)."""
     block = int(node.attrs.get("block_size") or 0)
     rank = len(x_shape)
-    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape):
+    one = _size(scale_shape) == 1 and zero_point_shape is not None and _size(zero_point_shape) == 1
+    if zero_point_shape is not None and tuple(zero_point_shape) != tuple(scale_shape) and not one:
         raise ShapeError(f"{node.describe()}: the zero point's shape {dims.format_shape(zero_point_shape)} differs from "
                          f"the scale's {dims.format_shape(scale_shape)}; ONNX requires them equal")
     size = _size(scale_shape)
