@@ -4,9 +4,10 @@
   :mod:`.granularity` (per-tensor, per-axis and blocked scales);
 - :mod:`.device_functions`: their scalar device functions (round half to even, saturate),
   which the per-tensor forms offer for fusion into chains and anchor epilogues;
-- :mod:`.integer_ops`: ConvInteger, an ``ANCHOR`` whose epilogue receives its int32
-  accumulator (MatMulInteger is the matmul family's), with :mod:`.tactics` ordering its
-  kernels;
+- :mod:`.integer_ops`: the ``ANCHOR`` ops ConvInteger (its epilogue receives the int32
+  accumulator; MatMulInteger is the matmul family's), QLinearConv and QLinearMatMul (those
+  two's kernels with :mod:`.requantize`'s requantizing store), with :mod:`.tactics`
+  ordering ConvInteger's kernels;
 - kernels: :mod:`.per_axis` (per-axis and blocked Q/DQ), :mod:`.dynamic`
   (DynamicQuantizeLinear's range reduction and quantization), :mod:`.conv_integer`
   (direct and implicit-GEMM integer convolutions) with :mod:`.dp4a` (the ``dp4a``
