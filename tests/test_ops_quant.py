@@ -375,8 +375,13 @@ def test_plugin_contract(registry):
 
 
 def test_dequantize_of_a_constant_weight_is_not_folded():
-    """Constant folding keeps DequantizeLinear(int8 weight): the Q/DQ fusion must see it."""
+    """Constant folding keeps DequantizeLinear(int8 weight): the Q/DQ fusion must see it. An
+    int32 constant (a quantized bias) stays a node too, but inference knows its value."""
     w = np.arange(6, dtype=np.int8).reshape(2, 3)
     graph = import_model(_model("DequantizeLinear", {"w": w, "s": np.float32(0.5)}, constants=("w", "s")))
     assert [n.op_type for n in graph.nodes] == ["DequantizeLinear"]
     assert graph.info(graph.nodes[0].outputs[0]).value is None
+    b = np.arange(-3, 3, dtype=np.int32)
+    graph = import_model(_model("DequantizeLinear", {"b": b, "s": np.float32(0.5)}, constants=("b", "s")))
+    assert [n.op_type for n in graph.nodes] == ["DequantizeLinear"]
+    np.testing.assert_array_equal(graph.info(graph.nodes[0].outputs[0]).value, b * np.float32(0.5))

@@ -24,6 +24,8 @@ from .per_axis import per_axis_tactic
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 SCALE_DTYPES = frozenset((F16, F32, F64))
+#: Most elements of a constant int32 DequantizeLinear input whose value inference gives.
+BIAS_VALUE_LIMIT = 1 << 16
 #: TensorProto.DataType codes of the dtypes the family reads and writes.
 ONNX_CODES = {1: F32, 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
               5: np.dtype(np.int16), 6: np.dtype(np.int32), 10: F16, 11: F64}
@@ -175,7 +177,10 @@ class DequantizeLinear(_LinearQuantization):
 
     Not ``foldable``: constant folding must leave DequantizeLinear(int8 weight) alone, so
     the Q/DQ fusion pass sees the int8 weight and its scale and can make the anchor an
-    integer one; that pass folds the DequantizeLinear nodes it leaves behind itself.
+    integer one; that pass folds the DequantizeLinear nodes it leaves behind itself. An
+    int32 constant (a quantized bias, which no integer anchor reads as such) is the
+    exception: inference gives its dequantized value, so passes read the bias as a float
+    constant.
     """
 
     op_type = "DequantizeLinear"
@@ -202,7 +207,12 @@ class DequantizeLinear(_LinearQuantization):
         self._granularity(node, inputs)
 
     def infer(self, node, inputs):
-        return [TensorInfo(self.output(node, inputs), inputs[0].shape)]
+        out = TensorInfo(self.output(node, inputs), inputs[0].shape)
+        present = [i for i in inputs if i is not None]
+        if (inputs[0].dtype == np.int32 and all(i.value is not None for i in present)
+                and sum(np.size(i.value) for i in present) <= BIAS_VALUE_LIMIT):
+            out = out.with_value(self.reference(node, [None if i is None else np.asarray(i.value) for i in inputs])[0])
+        return [out]
 
     def reference(self, node, inputs):
         x = inputs[0]
