@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt import ModelError, ShapeError
-from plugrt.plugin import (POINTWISE, Attr, Example, OpPlugin, TensorInfo, optional, pointwise_tactics)
+from plugrt import ModelError
+from plugrt.plugin import POINTWISE, Attr, Example, OpPlugin, TensorInfo, optional, pointwise_tactics
 
 from . import device_functions
 from .device_functions import QUANT_DTYPES, division_dtype, limits
