@@ -204,3 +204,28 @@ def test_quantize_passes_log_nothing_for_a_float_build(caplog):
     with caplog.at_level(logging.INFO, logger="plugrt"):
         engine = Builder().build_engine(conv_net(14), BuilderConfig(progress=False))
     assert engine.precision is None
+
+
+def test_int8_plan_loads_and_runs_the_same(tmp_path):
+    from plugrt.engine import Engine
+
+    engine = _build(conv_net(15), calibration_data=_batches(14, (1, 3, 6, 6), 2))
+    path = tmp_path / "int8.plan"
+    engine.save(str(path))
+    loaded = Engine.load(str(path))
+    feeds = _batches(15, (1, 3, 6, 6), 1)[0]
+    assert np.array_equal(_run(loaded, feeds)["y"], _run(engine, feeds)["y"])
+    layers = loaded.inspect()["layers"]
+    assert {layer["precision"] for layer in layers if "Integer" in layer["op"]} == {"int8"}
+
+
+def test_int8_with_fp16_runs_the_float_layers_in_fp16():
+    model = encoder_layer(16)
+    config = BuilderConfig(int8=True, fp16=True, progress=False, calibration_data=_batches(17, (1, 4, 8), 8))
+    engine = Builder().build_engine(model, config)
+    precisions = {layer["precision"] for layer in engine.inspect()["layers"]}
+    assert "int8" in precisions and "fp16" in precisions, precisions
+    feeds = _batches(18, (1, 4, 8), 1)[0]
+    got, expected = _run(engine, feeds), _onnxruntime(model, feeds)
+    name = next(iter(expected))
+    assert relative_error(got[name], expected[name]) < INT8_TOLERANCE

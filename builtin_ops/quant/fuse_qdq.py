@@ -102,19 +102,32 @@ def _zero_input(graph, dq: Dq, stem: str, per_channel_ok: bool) -> str | None:
 
 def _rescale(graph, registry, node, accumulator: str, factor: np.ndarray, bias: np.ndarray | None,
              bias_name: str | None, out_dtype) -> list:
-    """Cast -> Mul(factor) [-> Add(bias)] writing ``node``'s output, named after it."""
+    """Cast -> Mul(factor) [-> Add(bias)] [-> Cast to FP16] writing ``node``'s output.
+
+    The rescale computes in FP32 whatever the layer's output dtype: an int32 accumulator
+    exceeds FP16's range, and ``x_scale * w_scale`` can be below its normal numbers. Its
+    nodes are recorded in ``graph.int8.float32`` so that the precision step keeps them
+    there (they fuse into the integer layer's epilogue all the same)."""
     stem, origin = node.name, node.origin or (node.name,)
     cast_out, scaled = fresh_name(graph, f"{stem}/int32_as_float"), fresh_name(graph, f"{stem}/rescaled")
-    nodes = [make_node(graph, registry, "Cast", [accumulator], [cast_out], {"to": CAST_TO[out_dtype]}, opset=13,
-                       name=fresh_name(graph, f"{stem}/Cast"), origin=origin)]
-    last = node.outputs[0] if bias is None and bias_name is None else scaled
+    nodes = [make_node(graph, registry, "Cast", [accumulator], [cast_out], {"to": CAST_TO[np.dtype(np.float32)]},
+                     opset=13, name=fresh_name(graph, f"{stem}/Cast"), origin=origin)]
+    half = np.dtype(out_dtype) == np.float16
+    final = fresh_name(graph, f"{stem}/float32") if half else node.outputs[0]
+    last = final if bias is None and bias_name is None else scaled
     nodes.append(make_node(graph, registry, "Mul", [cast_out, add_constant(graph, f"{stem}/scale",
-                                                                           factor.astype(out_dtype))],
+                                                                           factor.astype(np.float32))],
                            [last], opset=14, name=fresh_name(graph, f"{stem}/Mul"), origin=origin))
     if bias is not None or bias_name is not None:
-        addend = bias_name or add_constant(graph, f"{stem}/bias", bias.astype(out_dtype))
-        nodes.append(make_node(graph, registry, "Add", [scaled, addend], [node.outputs[0]], opset=14,
+        addend = bias_name or add_constant(graph, f"{stem}/bias", bias.astype(np.float32))
+        nodes.append(make_node(graph, registry, "Add", [scaled, addend], [final], opset=14,
                                name=fresh_name(graph, f"{stem}/Add"), origin=origin))
+    if half:
+        nodes.append(make_node(graph, registry, "Cast", [final], [node.outputs[0]], {"to": CAST_TO[np.dtype(out_dtype)]},
+                               opset=13, name=fresh_name(graph, f"{stem}/CastHalf"), origin=origin))
+    if graph.int8 is None:
+        graph.int8 = Int8Request()
+    graph.int8.float32.update(n.name for n in nodes if n is not None)
     return nodes
 
 

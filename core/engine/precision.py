@@ -111,6 +111,8 @@ def assign_precisions(graph: Graph, registry, config, tuner, profile, model_node
     has_fp16 = any(v.info is not None and v.info.dtype == DTYPES[FP16] for v in graph.values.values())
     if not config.fp16 and not constraints and not has_fp16 and not config.fp16_io:
         return report
+    if graph.int8 is not None and graph.int8.float32:  # an integer layer's rescale stays FP32
+        constraints.update({index: FP32 for index, node in enumerate(graph.nodes) if node.name in graph.int8.float32})
     opt = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, registry, profile.shape_values)
     slots, choices = {}, {}
     made_in: dict[str, str] = {name: FP16 if config.fp16_io else NAMES[opt.info(name).dtype] for name in opt.inputs

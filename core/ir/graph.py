@@ -69,6 +69,9 @@ class Int8Request:
     excluded: set[str] = field(default_factory=set)
     decisions: dict[str, str] = field(default_factory=dict)
     fallbacks: list[dict] = field(default_factory=list)
+    #: Nodes the passes made that must compute in FP32 (an integer layer's rescale): the
+    #: precision step keeps them there.
+    float32: set[str] = field(default_factory=set)
     #: A calibration batch and the float network's outputs on it (the build's accuracy check).
     feeds: dict | None = None
     reference: dict | None = None
