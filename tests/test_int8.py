@@ -229,3 +229,24 @@ def test_int8_with_fp16_runs_the_float_layers_in_fp16():
     got, expected = _run(engine, feeds), _onnxruntime(model, feeds)
     name = next(iter(expected))
     assert relative_error(got[name], expected[name]) < INT8_TOLERANCE
+
+
+def test_int8_keeps_convolutions_integer_where_a_float_build_goes_channels_last():
+    """A network of four convolutions: a float build on Hopper (or the simulator) runs them
+    channels-last (ConvNHWC); the INT8 build runs every one as ConvInteger instead."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(19)
+    nodes, inits, current = [], [], "x"
+    for index in range(4):
+        weight = (rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32)
+        inits.append(numpy_helper.from_array(weight, f"w{index}"))
+        nodes += [helper.make_node("Conv", [current, f"w{index}"], [f"c{index}"], pads=[1, 1, 1, 1], name=f"conv{index}"),
+                  helper.make_node("Relu", [f"c{index}"], [f"r{index}"], name=f"relu{index}")]
+        current = f"r{index}"
+    graph = helper.make_graph(nodes, "four", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
+                              [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, 8, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    engine = _build(model, calibration_data=_batches(20, (1, 8, 4, 4), 3))
+    ops = _layer_ops(engine)
+    assert sum("ConvInteger" in op for op in ops) == 4 and not any("NHWC" in op for op in ops), ops

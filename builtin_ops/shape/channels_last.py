@@ -57,7 +57,11 @@ def to_first(rank: int) -> list[int]:
 
 
 def run(graph: Graph, registry) -> int:
-    """Convert, then sink and cancel; the number of rewrites."""
+    """Convert, then sink and cancel; the number of rewrites. An INT8 build
+    (``graph.int8``) keeps the model's layout: its convolutions become ConvInteger, which
+    runs NCHW (an INT8 channels-last kernel is to come)."""
+    if graph.int8 is not None:
+        return 0
     if not hopper() or sum(conv_nhwc.channels_last_form(n, graph) is not None for n in graph.nodes) < MIN_CONVS:
         return 0
     rewrites = _convert_convs(graph, registry)

@@ -27,7 +27,7 @@ from plugrt.quantization.int8 import check_config as check_int8_config
 from plugrt.quantization.int8 import prepare as prepare_int8
 from plugrt.errors import PlugrtError, ShapeError, UnsupportedError
 from plugrt.ir.dims import format_shape, is_static
-from plugrt.ir.graph import Graph
+from plugrt.ir.graph import Graph, Int8Request
 from plugrt.tuning.timing_cache import TimingCache
 from plugrt.tuning.tuner import Tuner
 
@@ -145,6 +145,8 @@ class Builder:
         values = profile.shape_values
         graph.sample_inputs = [({n: s[i] for n, s in profile.shapes.items()}, values) for i in range(3)]
         imported = len(graph.nodes)
+        if config.int8:  # the passes before calibration know an INT8 build is under way
+            graph.int8 = Int8Request()
         model_nodes = {node.name for node in graph.nodes}
         report = []
 
