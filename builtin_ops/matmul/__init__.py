@@ -12,7 +12,9 @@
   and for big float32 products :mod:`.simt` (SIMT SGEMM, with the staging and split-K
   pieces the others share), :mod:`.tf32` (``mma.sync`` tensor cores; its warp step, copies
   and inline PTX in :mod:`.mma_sync`) and :mod:`.wgmma` (Hopper's warpgroup MMA; inline
-  PTX in :mod:`.wgmma_intrinsics`).
+  PTX in :mod:`.wgmma_intrinsics`; FP16 operands in :mod:`.wgmma_f16`, MatMulInteger's
+  8-bit ones in :mod:`.wgmma_int8`, whose int32 store and zero-point correction are
+  :mod:`.integer_store`).
 """
 
 from plugrt import hookimpl

@@ -212,13 +212,18 @@ class MatMulInteger(OpPlugin):
         return [np.matmul(a, b).astype(np.int32)]
 
     def tactics(self, node, inputs, outputs, epilogue=None):
-        """The product tactics; the epilogue gets the int32 accumulator as ``value``."""
+        """The product tactics; the epilogue gets the int32 accumulator as ``value``. Zero
+        points absent or known zeros make the product symmetric (Hopper's INT8 tensor-core
+        tactic then needs no correction); a constant B may be held transposed."""
         a, b = inputs[0], inputs[1]
-        za = self._zero_point_strides(node, a, optional(inputs, 2), per_row=True)
-        zb = self._zero_point_strides(node, b, optional(inputs, 3), per_row=False)
+        a_zp, b_zp = optional(inputs, 2), optional(inputs, 3)
+        za = self._zero_point_strides(node, a, a_zp, per_row=True)
+        zb = self._zero_point_strides(node, b, b_zp, per_row=False)
         meta, offs = product_plan(a.shape, b.shape, za, zb)
+        symmetric = all(z is None or (z.value is not None and not np.any(z.value)) for z in (a_zp, b_zp))
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                               epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True)
+                               epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True,
+                               symmetric=symmetric, b_value=b.value)
 
     def _zero_point_strides(self, node, operand, zero_point, per_row: bool):
         """Element strides reading a zero point broadcast over the operand, as the reference does."""

@@ -5,8 +5,10 @@ first) and places the direct one (first for matrix-vector products, else last); 
 products also get the float32 GEMM tactics of :func:`gemm_tactics`, ahead of those on a
 GPU. :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
 first (Hopper's ``wgmma``, :mod:`.wgmma`, then ``mma.sync``, :mod:`.tf32`), then the SIMT
-SGEMM (:mod:`.simt`). This is the one module that imports those kernel modules for the
-op plugins.
+SGEMM (:mod:`.simt`). MatMulInteger's 8-bit products get Hopper's INT8 ``wgmma``
+(:mod:`.wgmma_int8`) after the first tiled tactic, the plain one the tuner verifies
+them against. This is the one module that imports those kernel modules for the op
+plugins.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
 from .wgmma import wgmma_tactics
 from .wgmma_f16 import wgmma_half_tactics
+from .wgmma_int8 import wgmma_int8_tactics
 
 #: Tiled configurations offered on a GPU: (BM, BN, BK, TM, TN). Tests may swap in tiny ones.
 TILE_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
@@ -45,15 +48,16 @@ def _present(ins, index):
 
 def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                     alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None,
-                    zero_points: bool = False, b_value=None) -> list[Tactic]:
+                    zero_points: bool = False, symmetric: bool = True, b_value=None) -> list[Tactic]:
     """The tiled tactics and the direct one for a planned product, best first, each
     applying ``epilogue`` at its store.
 
     ``c_index``: the input holding Gemm's C (read when ``meta[USE_C]``). With
     ``zero_points`` inputs 2 and 3 are A's and B's zero points (omitted ones read as 0).
     The node's own inputs are ``ins[:epilogue.first]``; the epilogue's tensors follow.
-    ``b_value``: B when it is a known constant (FP16 tensor-core tactics may hold it
-    transposed).
+    ``symmetric``: both zero points are absent or known zeros (INT8 tensor-core tactics
+    then need no correction). ``b_value``: B when it is a known constant (FP16 and INT8
+    tensor-core tactics may hold it transposed).
     """
     key = (np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype), bool(zero_points))
     nb, m, n = int(meta[NB]), int(meta[M_]), int(meta[N_])
@@ -97,12 +101,16 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         tactics[:0] = [make(f"gemv_{kind}", {"kind": kind}, gemv.gemv_kernel(*key[:3], kind == "columns", epilogue.fn),
                             lambda c=(kind == "columns"): (gemv.gemv_grid(meta, c, cap), gemv.THREADS))
                        for kind in ("kdot", "columns")]
-    if zero_points:
-        return tactics
-    fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
-                        c_index=c_index, b_value=b_value, fallback=tactics[0])
+    if zero_points:  # MatMulInteger: the plain tiled tactic first, the tuner's reference
+        fast = wgmma_int8_tactics(a_dtype, b_dtype, meta, offs, epilogue=epilogue, symmetric=symmetric,
+                                  b_value=b_value, fallback=tactics[0])
+        lead = 1
+    else:
+        fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
+                            c_index=c_index, b_value=b_value, fallback=tactics[0])
+        lead = 0
     if not simulated():
-        return fast + tactics
+        return tactics[:lead] + fast + tactics[lead:]
     # In the simulator the first tactic wins untimed: keep the exact, cheap ones first
     # there (the direct tactic stays last when it is).
     cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)

@@ -26,6 +26,10 @@ The tensor cores always have the next group queued. The output tile then goes th
 shared memory to the fused
 epilogue (:func:`.simt.tile_store`), as the other GEMM kernels do.
 
+FP16 (:mod:`.wgmma_f16`) and INT8 (:mod:`.wgmma_int8`) operands travel as float32 word
+views (2 halves or 4 bytes of K a word), so the copies, ring and descriptors serve them
+unchanged; INT8 accumulates in int32 registers and stores through :mod:`.integer_store`.
+
 Operands are not rounded: the tensor cores read TF32 from the float32 bits (the low 13
 mantissa bits are dropped). In the simulator (no inline PTX, no warpgroup collectives)
 :func:`.wgmma_intrinsics.emulated_ops` computes each thread's accumulators by scalar FMAs on the same
@@ -39,13 +43,14 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import float32, int64, uint32
+from numba import float32, int32, int64, uint32
 
 from plugrt.kernels import Epilogue, aligned, cuda, jit, simulated
 from plugrt.plugin import Tactic
 
 from . import simt
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
+from .integer_store import Int8Operands, integer_tile_store
 from .simt import choose_splits, fits, is_even, is_float32
 from .store import gemm_launches, staging_bytes, tile_store
 from .wgmma_intrinsics import BK, block_copier, copy_ops, ops_for
@@ -227,7 +232,8 @@ def strided_rows(rows: int, k_contiguous: bool, threads: int, even: bool, emulat
 
 @functools.lru_cache(maxsize=None)
 def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool, even: bool, split: bool,
-                 epilogue_fn, emulated: bool | None = None, half: bool = False, gather=None, vector_fn=None):
+                 epilogue_fn, emulated: bool | None = None, half: bool = False, gather=None, vector_fn=None,
+                 int8: Int8Operands | None = None):
     """The wgmma GEMM kernel; arguments, grid and split-K as
     :func:`.simt.simt_kernel`, ``config.threads`` threads.
 
@@ -236,32 +242,43 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     ``meta``'s element counts and strides along K are halved in the kernel, and each
     ``wgmma`` is k16 (8 words, as TF32's k8).
 
+    ``int8``: 8-bit operands, both K-contiguous, as float32 views (four K-neighbours a
+    word), each ``wgmma`` k32 (8 words) of ``int8.types`` into int32 accumulators, staged
+    as int32 and stored by :func:`.integer_tile_store` (``c``: the zero-point arrays it
+    reads; ``partial`` int32).
+
     ``gather(rows, threads, emulated) -> (setup, copy, slots)`` (hashable; the signatures
     of :func:`strided_rows`) replaces A's strided copies: an implicit GEMM's im2col
     (:mod:`plugrt_builtin_ops.conv.wgmma_nhwc`) gathers A's rows from ``meta``'s own slots."""
     config.check()
-    if half and not (a_k_contiguous and b_k_contiguous):
-        raise ValueError("wgmma FP16 GEMM: both operands must be K-contiguous")
+    if (half or int8 is not None) and not (a_k_contiguous and b_k_contiguous):
+        raise ValueError("wgmma FP16/INT8 GEMM: both operands must be K-contiguous")
     emulated = simulated() if emulated is None else bool(emulated)
-    HALF = bool(half)
+    HALF, INT8 = bool(half), int8 is not None
+    SHIFT = 2 if INT8 else 1 if HALF else 0  # log2 of the elements of K a 32-bit word holds
+    ACC_T = int32 if INT8 else float32
     BM, BN, S, NT, ACC = config.bm, config.bn, config.stages, config.threads, config.accumulators
     A_STAGE, B_STAGE = BM * BK, BN * BK
     B_RING = S * A_STAGE
     WG_ROWS = 64 * BK  # floats of one warpgroup's 64 rows of A
-    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(BN, emulated, HALF)
+    mma, wait, fence, commit, commit_copies, wait_copies, fence_async, shared_address = ops_for(
+        BN, emulated, HALF, int8.types if INT8 else None)
     if gather is None:
         setup_a, copy_a, SLOTS = strided_rows(BM, bool(a_k_contiguous), NT, bool(even), emulated)
     else:
         setup_a, copy_a, SLOTS = gather(BM, NT, emulated)
     copy_b = tile_copier(BN, bool(b_k_contiguous), NT, bool(even), emulated)
     LD = config.ld
-    store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, vector_fn, LD)
+    if INT8:
+        store_tile = integer_tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, LD, int8.corrected)
+    else:
+        store_tile = tile_store(BM, BN, NT, bool(even), bool(split), epilogue_fn, vector_fn, LD)
     AHEAD = S - 2  # tiles copied ahead: one buffer is multiplied, one still read by MMAs in flight
     PENDING = AHEAD - 1
 
     def kernel(out, a, b, c, partial, meta, offs, alpha, beta, splits, kchunk, operands):
         smem = cuda.shared.array(0, float32)
-        acc = cuda.local.array(ACC, float32)
+        acc = cuda.local.array(ACC, ACC_T)
         state = cuda.local.array(SLOTS, int64)
         m, n, k = meta[M_], meta[N_], meta[K_]
         sam, sak, sbk, sbn = meta[SAM], meta[SAK], meta[SBK], meta[SBN]
@@ -273,15 +290,15 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         z = bz - bi * splits
         ao, bo = offs[bi * OFFS_W], offs[bi * OFFS_W + 1]
         kc = kchunk
-        if HALF:  # in words of two halves (every one of these is even: see wgmma_tactics)
-            k, sam, sbn, ao, bo, kc = k >> 1, sam >> 1, sbn >> 1, ao >> 1, bo >> 1, kchunk >> 1
+        if SHIFT:  # in words of two halves or four bytes (each divides: see the FP16 and INT8 tactics)
+            k, sam, sbn, ao, bo, kc = k >> SHIFT, sam >> SHIFT, sbn >> SHIFT, ao >> SHIFT, bo >> SHIFT, kchunk >> SHIFT
         k_begin = z * kc
         k_end = min(k, k_begin + kc)
         ring = ((ATOM_FLOATS * 4 - (shared_address(smem) & uint32(ATOM_FLOATS * 4 - 1))) & uint32(ATOM_FLOATS * 4 - 1)) >> 2
         a_ring = ring + (tid >> 7) * WG_ROWS
         b_ring = ring + B_RING
         for i in range(ACC):
-            acc[i] = float32(0)
+            acc[i] = ACC_T(0)
         setup_a(meta, m0, m, state, tid)
 
         ktiles = (k_end - k_begin + BK - 1) // BK
@@ -316,18 +333,23 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
         wait_copies(0)
         cuda.syncthreads()
 
+        if INT8:  # int32 sums staged as int32 in the same shared bytes (a float32 store would round them)
+            stage = cuda.shared.array(0, int32)
+        else:
+            stage = smem
         lane = tid & 31
         row = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2)
         col = 2 * (lane & 3)
         for j in range(BN // 8):  # unrolled: constant accumulator indices
-            smem[row * LD + col + 8 * j] = acc[4 * j]
-            smem[row * LD + col + 8 * j + 1] = acc[4 * j + 1]
-            smem[(row + 8) * LD + col + 8 * j] = acc[4 * j + 2]
-            smem[(row + 8) * LD + col + 8 * j + 1] = acc[4 * j + 3]
+            stage[row * LD + col + 8 * j] = acc[4 * j]
+            stage[row * LD + col + 8 * j + 1] = acc[4 * j + 1]
+            stage[(row + 8) * LD + col + 8 * j] = acc[4 * j + 2]
+            stage[(row + 8) * LD + col + 8 * j + 1] = acc[4 * j + 3]
         cuda.syncthreads()
-        store_tile(smem, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
+        store_tile(stage, m0, n0, bi, z, out, partial, c, meta, alpha, beta, operands, tid)
 
-    kernel.__name__ = (f"{'conv' if gather is not None else 'gemm'}_{config.name}{'_f16' if HALF else ''}_"
+    kind = "_f16" if HALF else f"_{int8.label}" if INT8 else ""
+    kernel.__name__ = (f"{'conv' if gather is not None else 'gemm'}_{config.name}{kind}_"
                        f"{'even' if even else 'guarded'}"
                        f"{'_splitk' if split else ''}")
     return jit(kernel, launch_bounds=(NT, 1))

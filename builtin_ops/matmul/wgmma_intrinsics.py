@@ -1,12 +1,13 @@
 """The inline PTX of the wgmma GEMM (:mod:`.wgmma`) as Numba intrinsics, each with the
 plain-Numba sibling the simulator runs.
 
-- :func:`wgmma_ops`: ``wgmma.mma_async`` m64nNk8 TF32 on matrix descriptors built from the
+- :func:`wgmma_ops`: ``wgmma.mma_async`` m64nNk8 TF32 (m64nNk16 FP16, m64nNk32 s8/u8 with
+  int32 accumulators: the same 32 bytes of K) on matrix descriptors built from the
   operand tiles' shared addresses (128-byte swizzle, K-major), its fences, commits and
   waits, ``cp.async`` group commits and waits, ``fence.proxy.async`` and the shared-window
   address of an array; :func:`emulated_ops` is the simulator's version (same signatures):
-  scalar FMAs on the same swizzled tiles, operands truncated to TF32 as the tensor cores
-  read them;
+  scalar multiply-adds on the same swizzled tiles, operands truncated to TF32 as the
+  tensor cores read them (FP16 pairs and 8-bit quadruples unpacked from their words);
 - :func:`copy_ops`: 16- and 4-byte ``cp.async`` copies, zero-filled when out of range;
   :func:`block_copier`: a thread's whole share of a tile as one inline-PTX block of copies.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import float32, uint32
+from numba import float32, int32, uint32
 
 from plugrt.kernels import cuda, element_address, jit, ptx_statement
 
@@ -42,16 +43,31 @@ def _descriptor_ptx(reg: str, operand: str) -> str:
             f"or.b64 {reg}, {reg}, {DESC_BITS};")
 
 
-def wgmma_ptx(n: int, half: bool = False) -> str:
+#: ``int8`` operand types of :func:`wgmma_ptx` (A's, then B's): every s8/u8 pair is an instruction.
+INT8_TYPES = ("s8.s8", "u8.s8", "s8.u8", "u8.u8")
+
+
+def int8_columns_ok(n: int) -> bool:
+    """Whether ``wgmma`` has an s8/u8 shape m64n``n``k32: N 8, 16, 24, then multiples of 16."""
+    return n in (8, 16, 24) or (n % 16 == 0 and 32 <= n <= 256)
+
+
+def wgmma_ptx(n: int, half: bool = False, int8: str | None = None) -> str:
     """``wgmma.mma_async`` m64n``n``k8 TF32 x TF32 + float32 (``half``: m64n``n``k16
-    FP16 x FP16 + float32, both operands K-major: 32 bytes of K either way), descriptors
-    built from the generic addresses of the operand tiles (operands ``$n/2`` ... see
-    :func:`wgmma_ops`)."""
+    FP16 x FP16 + float32; ``int8`` ("s8.s8", "u8.s8", ...): m64n``n``k32 8-bit integers
+    + int32, wrapping as the reference's int32 does, no ``.satfinite``; both operands
+    K-major: 32 bytes of K every way), descriptors built from the generic addresses of the
+    operand tiles (operands ``$n/2`` ... see :func:`wgmma_ops`)."""
     acc = n // 2
     regs = ", ".join(f"${i}" for i in range(acc))
     a, b = f"${2 * acc}", f"${2 * acc + 1}"
-    shape = f"m64n{n}k16.f32.f16.f16" if half else f"m64n{n}k8.f32.tf32.tf32"
-    tail = "p, 1, 1, 0, 0" if half else "p, 1, 1"  # FP16 states the (no) transposes
+    if int8 is not None:
+        if int8 not in INT8_TYPES or not int8_columns_ok(n):
+            raise ValueError(f"wgmma: no integer instruction m64n{n}k32.s32.{int8}")
+        shape, tail = f"m64n{n}k32.s32.{int8}", "p"  # integer wgmma takes no scales or transposes
+    else:
+        shape = f"m64n{n}k16.f32.f16.f16" if half else f"m64n{n}k8.f32.tf32.tf32"
+        tail = "p, 1, 1, 0, 0" if half else "p, 1, 1"  # FP16 states the (no) transposes
     return ("{ .reg .u64 da, db; .reg .pred p; " + _descriptor_ptx("da", a) + " " + _descriptor_ptx("db", b)
             + " setp.ne.b32 p, 1, 0; "
             + f"wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, da, db, {tail}; }}")
@@ -69,13 +85,14 @@ WGMMA_WAIT_PTX = "wgmma.wait_group.sync.aligned {};"
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_ops(n: int, half: bool = False):
+def wgmma_ops(n: int, half: bool = False, int8: str | None = None):
     """GPU intrinsics: ``(mma, wait, fence, commit, commit_copies, wait_copies, fence_async,
     shared_address)`` (the copies: :func:`copy_ops`).
 
-    - ``mma(acc, smem, a, b)``: one ``wgmma`` m64n``n``k8 with the A tile at ``smem[a]``
-      and the B tile at ``smem[b]`` (atom-aligned K-major swizzled), accumulating into the
-      local array ``acc`` (``n / 2`` floats, kept in registers: the indices are constant);
+    - ``mma(acc, smem, a, b)``: one ``wgmma`` (:func:`wgmma_ptx`) with the A tile at
+      ``smem[a]`` and the B tile at ``smem[b]`` (atom-aligned K-major swizzled),
+      accumulating into the local array ``acc`` (``n / 2`` float32, int32 with ``int8``,
+      kept in registers: the indices are constant);
     - ``wait(acc, pending)``: ``wgmma.wait_group pending`` (a literal), tied to the
       accumulators so nothing else touches them before the MMAs finish; ``fence()``,
       ``commit()``: ``wgmma.fence`` / ``commit_group``;
@@ -89,15 +106,16 @@ def wgmma_ops(n: int, half: bool = False):
 
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     acc_count = n // 2
+    reg, tie = (i32, "=r") if int8 is not None else (f32, "=f")  # the accumulators' registers
 
     def acc_pointers(context, builder, ty, value):
         data = context.make_array(ty)(context, builder, value).data
         return [builder.gep(data, [ir.Constant(i64, r)]) for r in range(acc_count)]
 
     def tied(ptx, extra_types, extra_constraints):
-        out = ir.LiteralStructType([f32] * acc_count)
-        constraints = ",".join(["=f"] * acc_count + [str(r) for r in range(acc_count)] + extra_constraints)
-        return ir.InlineAsm(ir.FunctionType(out, [f32] * acc_count + extra_types), ptx,
+        out = ir.LiteralStructType([reg] * acc_count)
+        constraints = ",".join([tie] * acc_count + [str(r) for r in range(acc_count)] + extra_constraints)
+        return ir.InlineAsm(ir.FunctionType(out, [reg] * acc_count + extra_types), ptx,
                             constraints + ",~{memory}", side_effect=True)
 
     def run_tied(builder, asm, pointers, extra):
@@ -109,7 +127,7 @@ def wgmma_ops(n: int, half: bool = False):
     @intrinsic
     def mma(typingctx, acc, smem, a, b):
         def codegen(context, builder, sig, args):
-            asm = tied(wgmma_ptx(n, half), [i64, i64], ["l", "l"])
+            asm = tied(wgmma_ptx(n, half, int8), [i64, i64], ["l", "l"])
             run_tied(builder, asm, acc_pointers(context, builder, sig.args[0], args[0]),
                      [element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
                       element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
@@ -199,24 +217,41 @@ def _truncate(x):
     return box[0]
 
 
-def _halves(word):
-    """The two float16 of a 32-bit word of FP16 pairs (lower address first), as float32."""
-    box = cuda.local.array(1, float32)
-    box[0] = word
-    pair = box.view(np.float16)
-    return float32(pair[0]), float32(pair[1])
+@functools.lru_cache(maxsize=None)
+def _unpacker(dtype):
+    """``unpack(word, out, at)``: the values of a 32-bit word holding two float16 or four
+    8-bit integers (``dtype``; lower address first) into ``out[at:]``, as the MMA reads them."""
+    per = 4 // np.dtype(dtype).itemsize
+    kind = np.dtype(dtype).type
+
+    @jit(device=True)
+    def unpack(word, out, at):
+        box = cuda.local.array(1, float32)
+        box[0] = word
+        values = box.view(kind)
+        for e in range(per):
+            out[at + e] = values[e]
+
+    return unpack
 
 
 @functools.lru_cache(maxsize=None)
-def emulated_ops(n: int, half: bool = False):
+def emulated_ops(n: int, half: bool = False, int8: str | None = None):
     """The simulator's versions of :func:`wgmma_ops` (same signatures): ``mma`` does this
     thread's share of the warpgroup's m64n``n``k8 with scalar FMAs (accumulator layout of
     the PTX ISA: warp ``w`` of the group owns rows ``16 w ...``, lane ``(g, t)`` rows
     ``g, g + 8`` and columns ``8 j + 2 t + (0, 1)`` at ``acc[4 j + 2 h + e]``); fences and
     waits do nothing. ``half``: the tiles hold FP16 pairs, one per 32-bit word, and one
-    call is m64n``n``k16 (the same 8 words of K)."""
+    call is m64n``n``k16 (the same 8 words of K); ``int8``: four 8-bit integers a word
+    (A's and B's signedness as named), one call m64n``n``k32 with integer multiply-adds
+    into int32 accumulators."""
+    if int8 is not None:
+        a_type, b_type = (np.int8 if t == "s8" else np.uint8 for t in int8.split("."))
+        mma = _emulated_packed_mma(n, _unpacker(a_type), _unpacker(b_type), 4, int32)
+        return (mma,) + emulated_ops(n)[1:]
     if half:
-        return (_emulated_half_mma(n),) + emulated_ops(n, False)[1:]
+        unpack = _unpacker(np.float16)
+        return (_emulated_packed_mma(n, unpack, unpack, 2, float32),) + emulated_ops(n)[1:]
     truncate = jit(device=True)(_truncate)
     COLS = n // 4  # this thread's B columns: 2 per 8
 
@@ -271,15 +306,17 @@ def emulated_ops(n: int, half: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def _emulated_half_mma(n: int):
-    """The simulator's m64n``n``k16 FP16 ``mma`` (see :func:`emulated_ops`)."""
-    halves = jit(device=True)(_halves)
+def _emulated_packed_mma(n: int, unpack_a, unpack_b, per_word: int, value_type):
+    """The simulator's ``mma`` on packed words (FP16 pairs, 8-bit quadruples; see
+    :func:`emulated_ops`): ``per_word * 8`` values of K a call, multiplied and added up in
+    ``value_type`` (float32, or int32 for integers)."""
     COLS = n // 4
+    KV = per_word * WK  # values of K a call
 
     @jit(device=True)
     def mma(acc, smem, a, b):
-        fa = cuda.local.array((2, 2 * WK), float32)
-        fb = cuda.local.array((COLS, 2 * WK), float32)
+        fa = cuda.local.array(2 * KV, value_type)
+        fb = cuda.local.array(COLS * KV, value_type)
         lane = cuda.threadIdx.x & 127
         g = (lane & 31) >> 2
         t = lane & 3
@@ -289,27 +326,26 @@ def _emulated_half_mma(n: int):
         b_line = b - (b & (BK - 1))
         for kk in range(WK):
             k = k0 + kk
+            at = per_word * kk
             for h in range(2):
                 row = rows + 8 * h
-                fa[h, 2 * kk], fa[h, 2 * kk + 1] = halves(smem[a_line + row * BK + ((((k >> 2) ^ (row & 7)) << 2)
-                                                                                      | (k & 3))])
+                unpack_a(smem[a_line + row * BK + ((((k >> 2) ^ (row & 7)) << 2) | (k & 3))], fa, h * KV + at)
             for c in range(COLS):
                 col = 8 * (c >> 1) + 2 * t + (c & 1)
-                fb[c, 2 * kk], fb[c, 2 * kk + 1] = halves(smem[b_line + col * BK + ((((k >> 2) ^ (col & 7)) << 2)
-                                                                                     | (k & 3))])
+                unpack_b(smem[b_line + col * BK + ((((k >> 2) ^ (col & 7)) << 2) | (k & 3))], fb, c * KV + at)
         for j in range(n // 8):
             for h in range(2):
                 for e in range(2):
                     s = acc[4 * j + 2 * h + e]
-                    for kk in range(2 * WK):
-                        s += fa[h, kk] * fb[2 * j + e, kk]
+                    for kk in range(KV):
+                        s += fa[h * KV + kk] * fb[(2 * j + e) * KV + kk]
                     acc[4 * j + 2 * h + e] = s
 
     return mma
 
 
-def ops_for(n: int, emulated: bool, half: bool = False):
-    return emulated_ops(n, half) if emulated else wgmma_ops(n, half)
+def ops_for(n: int, emulated: bool, half: bool = False, int8: str | None = None):
+    return emulated_ops(n, half, int8) if emulated else wgmma_ops(n, half, int8)
 
 
 @functools.lru_cache(maxsize=None)
