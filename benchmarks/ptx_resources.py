@@ -9,6 +9,7 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
     python3 benchmarks/ptx_resources.py                      # the offered TF32/SIMT GEMM and TF32 conv tiles
     python3 benchmarks/ptx_resources.py tf32:4,2,4,8,32,3    # one TF32 GEMM tile (wm,wn,mi,ni,bk[,stages])
     python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
+    python3 benchmarks/ptx_resources.py wgmma8:2,256,4       # the INT8 wgmma GEMM (s8.s8; u8.s8 with zero points)
     python3 benchmarks/ptx_resources.py nhwc16:2,128,5       # one channels-last conv tile, FP16 (nhwc: TF32)
     python3 benchmarks/ptx_resources.py rownorm16:1,8,3      # the vector row kernel (warps,rows,vectors a lane), FP16
     python3 benchmarks/ptx_resources.py attn16:4,1,64,3,128  # one FP16 attention tile (warps,mi,bk,min_blocks[,d[,dv]])
@@ -46,6 +47,7 @@ from numba.cuda.compiler import compile_ptx  # noqa: E402
 from plugrt_builtin_ops.conv import tf32 as conv_tf32  # noqa: E402
 from plugrt_builtin_ops.conv import wgmma_nhwc  # noqa: E402
 from plugrt_builtin_ops.matmul import simt, tf32, wgmma  # noqa: E402
+from plugrt_builtin_ops.matmul.integer_store import Int8Operands  # noqa: E402
 from plugrt_builtin_ops.normalization import row_norm, row_norm_vector  # noqa: E402
 
 try:  # the contrib attention plugin, when installed
@@ -96,6 +98,7 @@ def kernels(spec: str | None):
             yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
         for config in wgmma.WGMMA_CONFIGS:
             yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
+            yield from _wgmma_int8(config)
         for config in wgmma_nhwc.GPU_CONFIGS:
             yield f"conv nhwc16 {config.name}", _nhwc(config, True), GEMM_ARGS
         for config in attention_f16.GPU_CONFIGS if attention_f16 else ():
@@ -113,6 +116,8 @@ def kernels(spec: str | None):
     elif kind == "wgmma":
         config = wgmma.WgmmaConfig(*values)
         yield f"gemm {config.name}", _wgmma(config), GEMM_ARGS
+    elif kind == "wgmma8":
+        yield from _wgmma_int8(wgmma.WgmmaConfig(*values))
     elif kind in ("nhwc", "nhwc16"):
         config = wgmma.WgmmaConfig(*values)
         yield f"conv {kind} {config.name}", _nhwc(config, kind == "nhwc16"), GEMM_ARGS
@@ -125,7 +130,8 @@ def kernels(spec: str | None):
         config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
-        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, nhwc:, conv:, rownorm: or attn16:")
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, wgmma8:, nhwc:, conv:, rownorm: "
+                         "or attn16:")
 
 
 def _row_norms(half: bool, warps: int, rows: int, vectors: int):
@@ -156,6 +162,19 @@ def _wgmma(config):
     kernel = wgmma.wgmma_kernel(config, True, False, True, False, _no_epilogue, False)
     kernel.ptx_arch = "a"
     return kernel
+
+
+def _wgmma_int8(config):
+    """MatMulInteger's INT8 kernel (whole tiles, int32 out): symmetric s8.s8, and u8.s8
+    with the zero-point correction at the store, sm_90a."""
+    i8, u8, i32 = _arr(np.int8), _arr(np.uint8), _arr(np.int32)
+    for operands, za in ((Int8Operands("s8.s8", False), i8), (Int8Operands("u8.s8", True), u8)):
+        zp = types.Tuple((za, i8, i32, i32, I64))
+        kernel = wgmma.wgmma_kernel(config, True, True, True, False, _no_epilogue, False, int8=operands)
+        kernel.ptx_arch = "a"
+        label = f"gemm {config.name} {operands.types}{' corrected' if operands.corrected else ''}"
+        yield label, kernel, (i32, F32, F32, zp, i32, I64, I64, types.float32, types.float32, types.int64,
+                              types.int64, types.Tuple((I64,)))
 
 
 def _nhwc(config, half: bool):
