@@ -23,8 +23,8 @@ fi
 if [ "${PLUGRT_GPU_BENCH:-1}" = "1" ]; then
   timeout "${PLUGRT_GPU_BENCH_TIMEOUT:-400}" python3 benchmarks/gpu_run.py --out "$OUT" --parts "${PLUGRT_GPU_PARTS:-chain,gemm,conv,attention,pool,tuning,models}" 2>&1 | tail -60
 fi
-if [ "${PLUGRT_GPU_INT8:-1}" = "1" ]; then  # INT8 GEMM 4096^3 (MatMulInteger on wgmma) beside our FP16 GEMM, cuBLAS FP16, torch._int_mm
-  timeout "${PLUGRT_GPU_INT8_TIMEOUT:-300}" python3 benchmarks/int8_gemm_bench.py --out "$OUT" ${PLUGRT_INT8_ARGS:-} 2>&1 | tail -30
+if [ "${PLUGRT_GPU_INT8_GEMM:-1}" = "1" ]; then  # INT8 GEMM 4096^3 (MatMulInteger on wgmma) beside our FP16 GEMM, cuBLAS FP16, torch._int_mm
+  timeout "${PLUGRT_GPU_INT8_GEMM_TIMEOUT:-300}" python3 benchmarks/int8_gemm_bench.py --out "$OUT" ${PLUGRT_INT8_GEMM_ARGS:-} 2>&1 | tail -30
 fi
 if [ "${PLUGRT_GPU_RUNTIME:-1}" = "1" ]; then  # issue 15's runtime figures (several minutes: builds, torch.compile)
   timeout "${PLUGRT_GPU_RUNTIME_TIMEOUT:-540}" python3 benchmarks/runtime_bench.py --out "$OUT" ${PLUGRT_RUNTIME_ARGS:-} 2>&1 | tail -60
