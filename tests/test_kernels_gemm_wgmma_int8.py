@@ -151,6 +151,23 @@ def test_split_k(rng, splits, corrected):
     np.testing.assert_array_equal(got, oracle(a, b, feeds.get("za")), err_msg=f"splits {splits}")
 
 
+@pytest.mark.parametrize("bn", [24, 144])
+def test_store_of_tiles_threads_do_not_divide(rng, bn):
+    """The store keeps each thread on its columns: 24 columns over 128 threads (5 rows at
+    once, 8 threads idle) and 144 (more columns than threads), ragged N, zero points."""
+    a, b = ints(rng, U8, (64, 32)), ints(rng, I8, (32, bn - 3))
+    meta, offs = matmul_plan.product_plan(a.shape, b.shape, zb=np.array([0, 1]))  # B's zero points per column
+    meta[matmul_plan.SBK], meta[matmul_plan.SBN] = 1, 32
+    held = np.ascontiguousarray(b.T)
+    col_sums = held.astype(np.int64).sum(axis=1).astype(np.int32)
+    feeds = {"a": a, "b": b, "za": U8(7), "zb": ints(rng, I8, (bn - 3,))}
+    tactic = wgmma_int8.int8_tactic(wgmma.WgmmaConfig(1, bn, 3), meta, offs, Int8Operands("u8.s8", True), held,
+                                    col_sums, 1, no_epilogue(4))
+    graph = import_model(single_node_model("MatMulInteger", feeds, {}, ("b",), opset=10), registry=default_registry())
+    got = run_tactic(graph, tactic, {k: v for k, v in feeds.items() if k != "b"})[0]
+    np.testing.assert_array_equal(got, oracle(a, b, feeds["za"], feeds["zb"]))
+
+
 def test_b_k_contiguous_at_run_time(rng):
     """B read as ``[N, K]`` (not held): copied like A; zero points corrected with B's
     column sums added up by the row-sum kernel."""

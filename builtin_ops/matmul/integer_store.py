@@ -65,27 +65,42 @@ def integer_tile_store(bm: int, bn: int, threads: int, even: bool, split: bool, 
     stores its ``bm x bn`` int32 tile, staged row-major in ``stage`` (row stride ``ld``).
     Without ``split``: ``out[o] = epilogue(value)``, ``value`` corrected for the zero
     points where ``corrected``; with it the raw sum goes to ``partial`` (int32) for
-    :func:`integer_split_reduce_kernel`. Consecutive threads take consecutive columns."""
+    :func:`integer_split_reduce_kernel`.
+
+    A thread keeps its columns (consecutive threads, consecutive columns: coalesced) and
+    walks down the rows, so a column's index, bounds check and zero-point terms are
+    computed once, not per element."""
     CORRECTED = bool(corrected)
+    CSTEP = min(threads, bn)  # columns the block covers at once
+    RSTEP = max(1, threads // bn)  # rows it covers at once
+    BUSY = CSTEP * RSTEP  # threads that store (all where bn divides threads or threads bn)
 
     @jit(device=True)
     def store_tile(stage, m0, n0, bi, z, out, partial, zp, meta, alpha, beta, operands, tid):
+        if tid >= BUSY:
+            return
         nb, m, n = meta[NB], meta[M_], meta[N_]
         mn = m * n
-        for e in range(tid, bm * bn, threads):
-            r = e // bn
-            col = e - r * bn
-            gm = m0 + r
+        azp, bzp, row_sums, col_sums, offs = zp
+        for col in range(tid % CSTEP, bn, CSTEP):
             gn = n0 + col
-            if even or (gm < m and gn < n):
-                value = stage[r * ld + col]
-                if split:
-                    partial[(z * nb + bi) * mn + gm * n + gn] = value
-                else:
-                    if CORRECTED:
-                        value = corrected_value(value, zp, meta, bi, gm, gn)
-                    o = int64(bi * mn + gm * n + gn)
-                    out[o] = epilogue_fn(value, o, operands)
+            if even or gn < n:
+                zb, cols = int64(0), int64(0)
+                if CORRECTED:  # sum ab - zb * rowsum(a) - za * (colsum(b) - K * zb)
+                    zb = int64(bzp[offs[bi * OFFS_W + 3] + gn * meta[SZBN]])
+                    cols = int64(col_sums[bi * n + gn]) - meta[K_] * zb
+                for r in range(tid // CSTEP, bm, RSTEP):
+                    gm = m0 + r
+                    if even or gm < m:
+                        value = stage[r * ld + col]
+                        if split:
+                            partial[(z * nb + bi) * mn + gm * n + gn] = value
+                        else:
+                            if CORRECTED:
+                                za = int64(azp[offs[bi * OFFS_W + 2] + gm * meta[SZAM]])
+                                value = int32(int64(value) - zb * int64(row_sums[bi * m + gm]) - za * cols)
+                            o = int64(bi * mn + gm * n + gn)
+                            out[o] = epilogue_fn(value, o, operands)
 
     return store_tile
 
