@@ -283,6 +283,20 @@ def test_fused_requantizing_epilogue_through_the_builder(rng, registry):
         np.testing.assert_array_equal(got, want)
 
 
+def test_qlinear_matmul_runs_on_the_int8_tactic(rng):
+    """QLinearMatMul is MatMulInteger's tactics with a requantizing store: on the INT8
+    tactic, with uint8 activations and their run-time zero point corrected at the store."""
+    from plugrt.testing import check_node, node_tactics
+
+    f32 = np.float32
+    feeds = {"a": ints(rng, U8, (64, 32)), "as": f32(0.05), "az": U8(130), "b": ints(rng, I8, (32, 16)),
+             "bs": rng.uniform(0.01, 0.03, 16).astype(f32), "bz": np.zeros(16, I8), "ys": f32(0.3), "yz": U8(4)}
+    constants = {"b", "bs", "bz"}
+    graph = import_model(single_node_model("QLinearMatMul", feeds, {}, constants, opset=21), registry=default_registry())
+    assert any(t.name.startswith("wgmma_u8s8") for t in node_tactics(graph, default_registry()))
+    check_node("QLinearMatMul", feeds, constants=constants, opset=21)  # every tactic, exactly
+
+
 # ----------------------------------------------------------------------------- sm_90 typing
 
 
