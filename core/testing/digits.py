@@ -379,7 +379,9 @@ def quantize_with_onnxruntime(model, calibration_inputs, per_channel: bool = Tru
             from onnxruntime.quantization.shape_inference import quant_pre_process
 
             prepared = folder / "model.prepared.onnx"
-            quant_pre_process(str(source), str(prepared))
+            # ONNX's own shape inference serves this static CNN; the symbolic one needs sympy,
+            # which onnxruntime does not install.
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
             source = prepared
         target = folder / "model.qdq.onnx"
         quantize_static(
