@@ -32,9 +32,28 @@ def _threads() -> int:
 
 
 @functools.lru_cache(maxsize=None)
+def tree_range(threads: int):
+    """A device function folding a block's ``threads`` (low, high) pairs in shared memory
+    into ``low[0]``, ``high[0]`` (both kernels' last step)."""
+
+    @jit(device=True)
+    def fold(low, high, tid):
+        step = threads // 2
+        while step > 0:
+            if tid < step:
+                low[tid] = min(low[tid], low[tid + step])
+                high[tid] = max(high[tid], high[tid + step])
+            cuda.syncthreads()
+            step //= 2
+
+    return fold
+
+
+@functools.lru_cache(maxsize=None)
 def range_kernel(threads: int):
     """Block ``b`` stores the minimum and maximum of its grid-stride share of ``x`` at
     ``partial[2b]`` and ``partial[2b + 1]`` (+inf/-inf for an empty share)."""
+    fold = tree_range(threads)
 
     @jit
     def block_range(x, n, partial):
@@ -48,13 +67,7 @@ def range_kernel(threads: int):
             hi = max(hi, v)
         low[tid], high[tid] = lo, hi
         cuda.syncthreads()
-        step = threads // 2
-        while step > 0:
-            if tid < step:
-                low[tid] = min(low[tid], low[tid + step])
-                high[tid] = max(high[tid], high[tid + step])
-            cuda.syncthreads()
-            step //= 2
+        fold(low, high, tid)
         if tid == 0:
             partial[2 * cuda.blockIdx.x] = low[0]
             partial[2 * cuda.blockIdx.x + 1] = high[0]
@@ -69,6 +82,7 @@ def parameters_kernel(threads: int):
     ``zero_point = rint(clamp(-min / scale, 0, 255))``."""
     round_even = rint(np.float32)
     qmax = float32(255)
+    fold = tree_range(threads)
 
     @jit
     def parameters(partial, count, scale, zero_point):
@@ -81,13 +95,7 @@ def parameters_kernel(threads: int):
             hi = max(hi, partial[2 * b + 1])
         low[tid], high[tid] = lo, hi
         cuda.syncthreads()
-        step = threads // 2
-        while step > 0:
-            if tid < step:
-                low[tid] = min(low[tid], low[tid + step])
-                high[tid] = max(high[tid], high[tid + step])
-            cuda.syncthreads()
-            step //= 2
+        fold(low, high, tid)
         if tid == 0:
             lo, hi = low[0], high[0]
             s = float32(1) / qmax if hi == lo else (hi - lo) / qmax

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from plugrt.ir.graph import Graph, Int8Request
 from plugrt.reference import ReferenceExecutor
 
