@@ -10,7 +10,8 @@ swizzle, MMAs, K split and fused store); only A's copies differ (:func:`nhwc_gat
 each thread decodes the window origins of its pixel rows once per block, and per K tile
 the tap of its 16-byte chunk (8 halves or 4 floats of C) with two divisions; a chunk
 outside the image, past K or past the last pixel is zero-filled by ``cp.async``. That
-needs C in whole chunks (a multiple of 8 halves, 4 floats), one group, 1-D or 2-D.
+needs C in whole chunks (a multiple of 8 halves, 4 floats), one group, 1-D or 2-D. The
+quant family's ConvIntegerNHWC runs the same gather over int8 (16 values a chunk).
 
 A 1x1 convolution with unit strides and no padding is a plain GEMM over ``[N*H*W, C]``:
 it gets the matmul family's own wgmma tactics too. :func:`direct_nhwc_tactic` (one thread
@@ -119,11 +120,12 @@ def nhwc_gather(rows: int, threads: int, emulated: bool):
     return setup, copy, 3 * per
 
 
-def gather_meta(geo: ConvGeometry, half: bool, has_bias: bool) -> np.ndarray:
-    """``meta`` of the NHWC implicit GEMM: the GEMM's slots (pixels x K by K x channels,
-    the bias as Gemm's C broadcast along rows), then the gather's in words."""
+def gather_meta(geo: ConvGeometry, itemsize: int, has_bias: bool) -> np.ndarray:
+    """``meta`` of the NHWC implicit GEMM over elements of ``itemsize`` bytes (4: float32,
+    2: FP16, 1: int8/uint8): the GEMM's slots (pixels x K by K x channels, in elements;
+    the bias as Gemm's C broadcast along rows), then the gather's, C in 32-bit words."""
     table = geometry_2d(geo)
-    words = 2 if half else 1
+    per_word = 4 // itemsize
     meta = np.zeros(GATHER_META_LEN, np.int64)
     k = int(table[G2_KH] * table[G2_KW] * table[G2_C])
     meta[[NB, M_, N_, K_]] = 1, geo.batch * int(table[G2_OH] * table[G2_OW]), geo.out_channels, k
@@ -133,7 +135,7 @@ def gather_meta(geo: ConvGeometry, half: bool, has_bias: bool) -> np.ndarray:
         meta[[USE_C, SCM, SCN]] = 1, 0, 1
     meta[[GM_H, GM_W, GM_OH, GM_OW, GM_KW, GM_SH, GM_SW, GM_DH, GM_DW, GM_PH, GM_PW]] = table[
         [G2_H, G2_W, G2_OH, G2_OW, G2_KW, G2_SH, G2_SW, G2_DH, G2_DW, G2_PH, G2_PW]]
-    meta[GM_CW] = table[G2_C] // words
+    meta[GM_CW] = table[G2_C] // per_word
     return meta
 
 
@@ -160,7 +162,7 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
     if geo.in_channels % (8 if half else 4):
         return [_renamed(direct, "", FORMAT)]
     plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if _is_pointwise(geo) else []
-    meta = gather_meta(geo, half, has_bias)
+    meta = gather_meta(geo, dtype.itemsize, has_bias)
     bk = 2 * BK if half else BK
     gathered = []
     for config in config_order(geo.out_channels, -(-int(meta[K_]) // bk)):

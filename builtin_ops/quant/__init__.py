@@ -8,6 +8,10 @@
   accumulator; MatMulInteger is the matmul family's), QLinearConv and QLinearMatMul (those
   two's kernels with :mod:`.requantize`'s requantizing store), with :mod:`.tactics`
   ordering ConvInteger's kernels;
+- :mod:`.nhwc_ops`: ``plugrt.quant::ConvIntegerNHWC``, ConvInteger with the channel axis
+  last (an INT8 build's channels-last convolutions), with :mod:`.nhwc_integer`'s kernels
+  (a direct one, and the Hopper ``wgmma`` s8 implicit GEMM over the conv family's NHWC
+  gather);
 - kernels: :mod:`.per_axis` (per-axis and blocked Q/DQ), :mod:`.dynamic`
   (DynamicQuantizeLinear's range reduction and quantization), :mod:`.conv_integer`
   (direct and implicit-GEMM integer convolutions) with :mod:`.dp4a` (the ``dp4a``
@@ -19,10 +23,10 @@
 
 from plugrt import hookimpl
 
-from . import integer_ops, ops
+from . import integer_ops, nhwc_ops, ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS + integer_ops.OPS
+OPS = ops.OPS + integer_ops.OPS + nhwc_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)
