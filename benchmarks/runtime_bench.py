@@ -4,7 +4,8 @@
   PyTorch, at batch 1 and 32: plugrt with direct launches ("before") and with CUDA graphs,
   beside PyTorch eager and ``torch.compile(mode="reduce-overhead")``, median wall time per
   call with a synchronize; the host time of a graph-replayed ``execute_async`` against
-  30 us + 1.5 us per kernel;
+  30 us + 1.5 us per kernel (the median of 200 calls, the garbage collector paused as
+  ``timeit`` pauses it: a collection of the builds' garbage is not the call's cost);
 - builds: ResNet-50 built twice in fresh processes with one kernel cache (the second must
   compile nothing); a fresh process's ``Engine.load`` + first inference (no cache: the
   kernels come from the plan);
@@ -18,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -152,11 +154,16 @@ def plugrt_latency(engine, model: dict, batch: int) -> dict:
 
             report[f"{label}_ms"] = _median_ms(call, stream.synchronize)
             host = []
-            for _ in range(50):
-                started = time.perf_counter()
-                call()
-                host.append(time.perf_counter() - started)
-                stream.synchronize()
+            gc.collect()  # as timeit does: no collection of the builds' garbage inside a timed call
+            gc.disable()
+            try:
+                for _ in range(200):
+                    started = time.perf_counter()
+                    call()
+                    host.append(time.perf_counter() - started)
+                    stream.synchronize()
+            finally:
+                gc.enable()
             report[f"{label}_host_us"] = float(np.median(host) * 1e6)
             if graphs and batch == 1:
                 report["graph_host_profile"] = _profile(call, stream.synchronize)
