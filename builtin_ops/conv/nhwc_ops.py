@@ -4,7 +4,8 @@ ConvNHWC is Conv with the channel axis last: X ``[N, spatial..., C]``, W ``[M, k
 C/group]``, B ``[M]``, Y ``[N, out_spatial..., M]``, Conv's attributes. Shape inference,
 checks and the reference are Conv's on the arrays with their channel axis moved back to 1.
 The ``channels_last`` pass of the shape family (:mod:`plugrt_builtin_ops.shape.channels_last`)
-makes it out of a Conv (:func:`channels_last_form`) where it has a tensor-core kernel.
+makes it out of a Conv (:func:`channels_last_form`) where it has a tensor-core kernel; in
+an INT8 build the quant family's ``fuse_qdq`` then makes it ``plugrt.quant::ConvIntegerNHWC``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from .wgmma_nhwc import nhwc_tactics
 DOMAIN = "plugrt.conv"
 #: Input channels a Conv needs to become channels-last: whole 16-byte chunks of FP16.
 CHANNEL_MULTIPLE = 8
+#: The same in an INT8 build, whose convolutions read int8: whole 16-byte chunks of int8.
+INT8_CHANNEL_MULTIPLE = 16
 
 
 class ConvNHWC(Conv):
@@ -78,10 +81,11 @@ class ConvNHWC(Conv):
         ]
 
 
-def channels_last_form(node, graph) -> dict | None:
+def channels_last_form(node, graph, multiple: int = CHANNEL_MULTIPLE) -> dict | None:
     """What the pass needs to make ``node`` (an ONNX Conv) a ConvNHWC: ``{"attrs",
     "weight", "pad_channels"}`` (the weight moved to ``[M, k..., C/group]``; zero input
-    channels to add so that C is whole FP16 chunks: a first layer's 3 become 8, the
+    channels to add so that C is a whole ``multiple``: FP16's 16-byte chunks by default,
+    a first layer's 3 becoming 8; :data:`INT8_CHANNEL_MULTIPLE` in an INT8 build; the
     weight padded to match), or None where the Conv has no fast channels-last kernel (not
     2-D, grouped but not depthwise, a weight that is not a constant, symbolic channels,
     ``auto_pad``, more than half of C padding). A depthwise Conv (one input channel per
@@ -95,8 +99,8 @@ def channels_last_form(node, graph) -> dict | None:
     channels, group = x.shape[1], node.attrs.get("group", 1)
     if node.attrs.get("auto_pad", "NOTSET") != "NOTSET" or (group != 1 and group != channels):
         return None
-    pad = -channels % CHANNEL_MULTIPLE if group == 1 else 0
-    if pad and channels >= CHANNEL_MULTIPLE and 2 * pad > channels:
+    pad = -channels % multiple if group == 1 else 0
+    if pad and channels >= multiple and 2 * pad > channels:
         return None
     attrs = {name: node.attrs[name] for name in ("dilations", "group", "kernel_shape", "pads", "strides")
              if node.attrs.get(name) is not None}

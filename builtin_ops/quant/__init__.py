@@ -17,8 +17,8 @@
   (direct and implicit-GEMM integer convolutions) with :mod:`.dp4a` (the ``dp4a``
   byte dot product as inline PTX, and its plain sibling for the simulator);
 - ``quantize`` passes: :mod:`.quantizable` (``place_qdq``: an INT8 build's calibrated
-  ranges become Q/DQ pairs) and :mod:`.fuse_qdq` (Q/DQ around Conv, MatMul and Gemm become
-  their integer forms, for placed and model-given Q/DQ alike).
+  ranges become Q/DQ pairs) and :mod:`.fuse_qdq` (Q/DQ around Conv, ConvNHWC, MatMul and
+  Gemm become their integer forms, for placed and model-given Q/DQ alike).
 """
 
 from plugrt import hookimpl
@@ -50,7 +50,7 @@ def plugrt_passes():
 
     return [GraphPass(quantizable.NAME, quantizable.run, priority=PLACE_PRIORITY, stage="quantize",
                       description="an INT8 build's calibrated ranges -> Q/DQ pairs at the inputs of Conv, "
-                                  "MatMul and Gemm (weights quantized per output channel)"),
+                                  "ConvNHWC, MatMul and Gemm (weights quantized per output channel)"),
             GraphPass(fuse_qdq.NAME, fuse_qdq.run, priority=FUSE_PRIORITY, stage="quantize",
-                      description="DQ -> Conv/MatMul/Gemm -> ConvInteger/MatMulInteger + rescale; DQ moved below "
-                                  "MaxPool/Reshape/...; Q(DQ(q)) -> q; constant DQs folded")]
+                      description="DQ -> Conv/ConvNHWC/MatMul/Gemm -> ConvInteger/ConvIntegerNHWC/MatMulInteger "
+                                  "+ rescale; DQ moved below MaxPool/Reshape/...; Q(DQ(q)) -> q; constant DQs folded")]

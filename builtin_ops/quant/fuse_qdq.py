@@ -4,6 +4,8 @@ TensorRT's Q/DQ fusion does, for the model's own Q/DQ nodes (explicit quantizati
 
 - ``Conv(DQ(xq), DQ(wq), B)`` -> ``ConvInteger(xq, wq, x_zp, w_zp)`` -> Cast -> Mul by
   ``x_scale * w_scale`` (per output channel) -> Add ``B``;
+- ``plugrt.conv::ConvNHWC(DQ(xq), DQ(wq), B)`` (the ``channels_last`` pass's) likewise ->
+  ``plugrt.quant::ConvIntegerNHWC``, the factor and bias along the last axis;
 - ``MatMul(DQ(aq), DQ(bq))`` -> ``MatMulInteger`` -> Cast -> Mul (per column);
 - ``Gemm(DQ(aq), DQ(bq), C)`` -> ``MatMulInteger`` (a constant transposed B stored
   transposed) -> Cast -> Mul by ``alpha * scales`` -> Add ``beta * C``.
@@ -14,9 +16,11 @@ epilogue fusion: an INT8 layer reads INT8, accumulates in int32 and stores INT8 
 where its reader is float), with no standalone quantize kernel between layers.
 
 Data movement commutes with a per-tensor DQ (scale > 0): ``MaxPool``/``Reshape``/
-``Flatten``/``Transpose``/``Squeeze``/``Unsqueeze``/``Identity`` of ``DQ(q)`` run on ``q``
-itself, and ``Q(DQ(q))`` with the same scale and zero point is ``q``. A DQ of constants
-left over (a weight whose reader has no integer form) is folded into a float constant.
+``Flatten``/``Transpose``/``Squeeze``/``Unsqueeze``/``Identity`` and the channels-last
+``plugrt.pooling::MaxPoolNHWC`` of ``DQ(q)`` run on ``q`` itself (:data:`MOVERS`, where
+the op takes ``q``'s dtype), and ``Q(DQ(q))`` with the same scale and zero point is ``q``.
+A DQ of constants left over (a weight whose reader has no integer form) is folded into a
+float constant.
 """
 
 from __future__ import annotations
@@ -25,13 +29,28 @@ import numpy as np
 
 from plugrt.passes.pattern import (Int8Request, add_constant, constant_value, finish, fresh_name, insert_nodes,
                                    make_node, remove_nodes)
+from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
+from plugrt_builtin_ops.pooling.nhwc_ops import DOMAIN as POOLING_DOMAIN
+
+from .nhwc_ops import DOMAIN
 
 NAME = "fuse_qdq"
 INTS = (np.dtype(np.int8), np.dtype(np.uint8))
 #: Cast's ``to`` for the float dtypes an integer anchor's result is rescaled into.
 CAST_TO = {np.dtype(np.float32): 1, np.dtype(np.float16): 10}
-#: Ops through which a per-tensor DQ moves (they only move or select values).
-MOVERS = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+#: Ops (domain, op type) through which a per-tensor DQ moves (they only move or select values).
+MOVERS = frozenset([("", "MaxPool"), ("", "Reshape"), ("", "Flatten"), ("", "Transpose"), ("", "Squeeze"),
+                    ("", "Unsqueeze"), ("", "Identity"), (POOLING_DOMAIN, "MaxPoolNHWC")])
+
+
+def op_key(node) -> tuple[str, str]:
+    """``(domain, op_type)`` of ``node``, ONNX's ``ai.onnx`` written as ``""``."""
+    return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
+
+
+def moves_values(node) -> bool:
+    """Whether a per-tensor DQ moves through ``node`` (:data:`MOVERS`)."""
+    return node is not None and op_key(node) in MOVERS and bool(node.inputs)
 
 
 class Dq:
@@ -68,9 +87,7 @@ def run(graph, registry) -> int:
         finish(graph, registry)  # (types of the moved values, which the next move and the rewrites read)
         count += moved
     for node in list(graph.nodes):
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        rewrite = _REWRITES.get(node.op_type)
+        rewrite = _REWRITES.get(op_key(node))
         if rewrite is None:
             continue
         producers = graph.producers()
@@ -141,6 +158,8 @@ def _replace(graph, node, nodes: list) -> bool:
 
 
 def _conv(graph, registry, node, producers) -> bool:
+    """Conv, or ConvNHWC (channels last: ConvIntegerNHWC, the rescale along the last axis)."""
+    channels_last = op_key(node) == (CONV_DOMAIN, "ConvNHWC")
     x, w = dequantized(graph, producers, node.inputs[0]), dequantized(graph, producers, node.inputs[1])
     out = graph.info(node.outputs[0])
     if x is None or w is None or not x.per_tensor or out is None or np.dtype(out.dtype) not in CAST_TO:
@@ -162,9 +181,15 @@ def _conv(graph, registry, node, producers) -> bool:
         inputs.pop()
     attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads",
                                                           "strides")}
-    integer = make_node(graph, registry, "ConvInteger", inputs, [accumulator], attrs, opset=10, name=node.name,
-                        origin=node.origin or (node.name,))
-    shape = (1, channels) + (1,) * (weights.ndim - 2)
+    if channels_last:
+        integer = make_node(graph, registry, "ConvIntegerNHWC", inputs, [accumulator], attrs, opset=1, domain=DOMAIN,
+                            name=node.name, origin=node.origin or (node.name,))
+        graph.opsets.setdefault(DOMAIN, 1)
+        shape = (1,) * (weights.ndim - 1) + (channels,)
+    else:
+        integer = make_node(graph, registry, "ConvInteger", inputs, [accumulator], attrs, opset=10, name=node.name,
+                            origin=node.origin or (node.name,))
+        shape = (1, channels) + (1,) * (weights.ndim - 2)
     factor = (np.float64(x.scale.reshape(())) * np.broadcast_to(w.scale.astype(np.float64).reshape(-1),
                                                                  (channels,))).reshape(shape)
     if bias is not None:
@@ -220,14 +245,14 @@ def _gemm(graph, registry, node, producers) -> bool:
                         float(node.attrs.get("alpha", 1.0)), c_name, float(node.attrs.get("beta", 1.0)))
 
 
-_REWRITES = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm}
+_REWRITES = {("", "Conv"): _conv, (CONV_DOMAIN, "ConvNHWC"): _conv, ("", "MatMul"): _matmul, ("", "Gemm"): _gemm}
 
 
 def _move_dequantize(graph, registry) -> int:
     """``Mover(DQ(q))`` -> ``DQ(Mover(q))`` for per-tensor DQs whose mover takes int8."""
     moved = 0
     for node in list(graph.nodes):
-        if node.op_type not in MOVERS or node.domain not in ("", "ai.onnx") or not node.inputs:
+        if not moves_values(node):
             continue
         dq = dequantized(graph, graph.producers(), node.inputs[0])
         op = registry.find_op(node.domain, node.op_type, node.opset)

@@ -1,15 +1,16 @@
 """``place_qdq`` (a ``quantize`` pass): an INT8 build's calibrated ranges become Q/DQ pairs
 where the integer anchors can take them (TensorRT's implicit quantization, made explicit).
 
-For each Conv, MatMul and Gemm the build's :attr:`Graph.int8` does not exclude:
+For each Conv (and the ``channels_last`` pass's ``plugrt.conv::ConvNHWC``), MatMul and
+Gemm the build's :attr:`Graph.int8` does not exclude:
 
 - each activation input with a calibrated range gets a QuantizeLinear -> DequantizeLinear
   pair (symmetric int8, scale ``amax / 127``, zero point 0), placed once per tensor and
   read by **every** reader of the tensor (the tensor is INT8 in memory, as in TensorRT;
   a graph output keeps its float value for the binding);
-- a constant weight is quantized here, symmetrically per output channel (Conv's axis 0,
-  Gemm's B rows or columns, MatMul's B columns; scale ``max |w| / 127``), and read through
-  a DequantizeLinear;
+- a constant weight is quantized here, symmetrically per output channel (Conv's and
+  ConvNHWC's axis 0, Gemm's B rows or columns, MatMul's B columns; scale
+  ``max |w| / 127``), and read through a DequantizeLinear;
 
 and ``fuse_qdq`` then turns the layer into its integer form (and records the decision).
 A tensor made by ops that only move values (a MaxPool of a Relu) is quantized above them
@@ -24,6 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from plugrt.passes.pattern import add_constant, constant_value, finish, fresh_name, insert_nodes, make_node
+from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
+
+from .fuse_qdq import moves_values, op_key
 
 NAME = "place_qdq"
 FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
@@ -39,12 +43,13 @@ def run(graph, registry) -> int:
     count = 0
     readers, producers = graph.consumers(), graph.producers()
     for node in list(graph.nodes):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _SPECS:
+        specify = _SPECS.get(op_key(node))
+        if specify is None:
             continue
         if {node.name, *node.origin} & request.excluded:
             request.fall_back(node.name, "kept in float by the build's precision constraints")
             continue
-        spec = _SPECS[node.op_type](graph, node)
+        spec = specify(graph, node)
         if isinstance(spec, str):
             request.fall_back(node.name, spec)
             continue
@@ -74,11 +79,9 @@ def _source(graph, registry, name: str, ranges, readers, producers) -> str:
     """Where to quantize ``name``: above the ops that only move values (MaxPool, Reshape,
     ...: ``fuse_qdq`` moves the DQ below them, so they run on INT8 data) as far as each
     step's input has a range, is read by that op alone, and the op takes int8."""
-    from .fuse_qdq import MOVERS
-
     while True:
         node = producers.get(name)
-        if node is None or node.op_type not in MOVERS or node.domain not in ("", "ai.onnx") or not node.inputs:
+        if not moves_values(node):
             return name
         above, op = node.inputs[0], registry.find_op(node.domain, node.op_type, node.opset)
         if (above not in ranges or len(readers.get(above, [])) != 1 or above in graph.outputs or op is None
@@ -117,7 +120,8 @@ def _gemm(graph, node):
     return [(0, None), (1, 0 if node.attrs.get("transB", 0) else 1)]
 
 
-_SPECS = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm}
+#: (domain, op type) -> the inputs to quantize, as ``[(index, weight axis or None)]``, or why not.
+_SPECS = {("", "Conv"): _conv, (CONV_DOMAIN, "ConvNHWC"): _conv, ("", "MatMul"): _matmul, ("", "Gemm"): _gemm}
 
 
 def _unquantizable(graph, node, spec, ranges) -> str | None:

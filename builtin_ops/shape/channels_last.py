@@ -5,9 +5,10 @@ selection, done as ONNX Runtime's layout transformer does it: with Transposes).
 1. Each Conv that can (:func:`plugrt_builtin_ops.conv.nhwc_ops.channels_last_form`: 2-D,
    one group or depthwise, a constant weight) becomes ``Transpose(NCHW -> NHWC) ->
    plugrt.conv::ConvNHWC -> Transpose(NHWC -> NCHW)``, its weight stored ``[M, kh, kw,
-   C]``; channels not in whole 16-byte FP16 chunks (an image's 3) are padded with zeros by
-   a Pad after the Transpose, the weight with them. One Transpose (and Pad) per tensor
-   serves every Conv reading it.
+   C]``; channels not in whole 16-byte chunks (8 FP16 values; 16 in an INT8 build, whose
+   convolutions read int8: an image's 3) are padded with zeros by a Pad after the
+   Transpose, the weight with them. One Transpose (and Pad) per tensor serves every Conv
+   reading it.
 2. The Transposes back to NCHW move down the graph until they meet their inverse:
    - a Transpose of a Transpose becomes one Transpose of the composed permutation, or
      none when that is the identity;
@@ -25,7 +26,9 @@ selection, done as ONNX Runtime's layout transformer does it: with Transposes).
 Graph inputs and outputs keep the model's layout: a Transpose stays at each end. Runs
 where channels-last kernels exist (a Hopper GPU; the simulator) on graphs with at least
 :data:`MIN_CONVS` convertible Convs; ``--disable-pass channels_last`` keeps every layer in
-the model's layout.
+the model's layout. In an INT8 build it runs before calibration and the ``quantize``
+passes, which then quantize the channels-last convolutions
+(``plugrt.quant::ConvIntegerNHWC``, on ``wgmma``'s s8 tensor cores).
 """
 
 from __future__ import annotations
@@ -58,13 +61,12 @@ def to_first(rank: int) -> list[int]:
 
 def run(graph: Graph, registry) -> int:
     """Convert, then sink and cancel; the number of rewrites. An INT8 build
-    (``graph.int8``) keeps the model's layout: its convolutions become ConvInteger, which
-    runs NCHW (an INT8 channels-last kernel is to come)."""
-    if graph.int8 is not None:
+    (``graph.int8``) pads channels to whole int8 chunks instead of FP16's."""
+    multiple = conv_nhwc.CHANNEL_MULTIPLE if graph.int8 is None else conv_nhwc.INT8_CHANNEL_MULTIPLE
+    if not hopper() or sum(conv_nhwc.channels_last_form(n, graph, multiple) is not None
+                           for n in graph.nodes) < MIN_CONVS:
         return 0
-    if not hopper() or sum(conv_nhwc.channels_last_form(n, graph) is not None for n in graph.nodes) < MIN_CONVS:
-        return 0
-    rewrites = _convert_convs(graph, registry)
+    rewrites = _convert_convs(graph, registry, multiple)
     if not rewrites:
         return 0
     finish(graph, registry)
@@ -77,11 +79,11 @@ def run(graph: Graph, registry) -> int:
 # --------------------------------------------------------------------------- step 1
 
 
-def _convert_convs(graph: Graph, registry) -> int:
+def _convert_convs(graph: Graph, registry, multiple: int) -> int:
     made: dict[tuple[str, int], str] = {}  # (NCHW tensor, channels padded) -> its NHWC form
     converted = 0
     for node in list(graph.nodes):
-        form = conv_nhwc.channels_last_form(node, graph)
+        form = conv_nhwc.channels_last_form(node, graph, multiple)
         if form is None or (form["pad_channels"] and graph.opsets.get("", 17) < PAD_OPSET):
             continue
         x = _channels_last_input(graph, registry, node, form["pad_channels"], made)
