@@ -231,9 +231,11 @@ def test_int8_with_fp16_runs_the_float_layers_in_fp16():
     assert relative_error(got[name], expected[name]) < INT8_TOLERANCE
 
 
-def test_int8_keeps_convolutions_integer_where_a_float_build_goes_channels_last():
+def test_int8_convolutions_go_channels_last_as_a_float_build_does():
     """A network of four convolutions: a float build on Hopper (or the simulator) runs them
-    channels-last (ConvNHWC); the INT8 build runs every one as ConvInteger instead."""
+    channels-last (ConvNHWC); the INT8 build runs every one as ConvIntegerNHWC, its 8
+    channels padded to whole int8 chunks (16) by Pads that run on INT8 data, so the one
+    standalone QuantizeLinear is the input's."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(19)
@@ -249,4 +251,10 @@ def test_int8_keeps_convolutions_integer_where_a_float_build_goes_channels_last(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     engine = _build(model, calibration_data=_batches(20, (1, 8, 4, 4), 3))
     ops = _layer_ops(engine)
-    assert sum("ConvInteger" in op for op in ops) == 4 and not any("NHWC" in op for op in ops), ops
+    assert sum(op.startswith("ConvIntegerNHWC+") for op in ops) == 4, ops
+    assert not any(op.startswith("ConvInteger+") for op in ops), ops
+    assert [op for op in ops if op.startswith("QuantizeLinear")] == ["QuantizeLinear"], ops
+    feeds = _batches(21, (1, 8, 4, 4), 1)[0]
+    got = _run(engine, feeds)[current]
+    assert relative_error(got, ReferenceExecutor(engine.graph, default_registry()).run(feeds)[current]) < KERNEL_TOLERANCE
+    assert relative_error(got, _onnxruntime(model, feeds)[current]) < INT8_TOLERANCE

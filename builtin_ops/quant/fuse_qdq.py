@@ -18,7 +18,9 @@ where its reader is float), with no standalone quantize kernel between layers.
 Data movement commutes with a per-tensor DQ (scale > 0): ``MaxPool``/``Reshape``/
 ``Flatten``/``Transpose``/``Squeeze``/``Unsqueeze``/``Identity`` and the channels-last
 ``plugrt.pooling::MaxPoolNHWC`` of ``DQ(q)`` run on ``q`` itself (:data:`MOVERS`, where
-the op takes ``q``'s dtype), and ``Q(DQ(q))`` with the same scale and zero point is ``q``.
+the op takes ``q``'s dtype), and so does a Pad adding zeros where the DQ's zero point is 0
+(the ``channels_last`` pass's channel padding: its zeros stay zeros), and ``Q(DQ(q))``
+with the same scale and zero point is ``q``.
 A DQ of constants left over (a weight whose reader has no integer form) is folded into a
 float constant.
 """
@@ -48,9 +50,16 @@ def op_key(node) -> tuple[str, str]:
     return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
 
 
-def moves_values(node) -> bool:
-    """Whether a per-tensor DQ moves through ``node`` (:data:`MOVERS`)."""
-    return node is not None and op_key(node) in MOVERS and bool(node.inputs)
+def moves_values(node, zero_point_is_zero: bool) -> bool:
+    """Whether a per-tensor DQ moves through ``node``: one of :data:`MOVERS`, or, where
+    the DQ's zero point is 0, a constant-mode Pad of zeros (no ``value``, no
+    ``constant_value`` input)."""
+    if node is None or not node.inputs:
+        return False
+    if op_key(node) in MOVERS:
+        return True
+    return (zero_point_is_zero and op_key(node) == ("", "Pad") and node.attrs.get("mode", "constant") == "constant"
+            and not node.attrs.get("value", 0.0) and not (len(node.inputs) > 2 and node.inputs[2]))
 
 
 class Dq:
@@ -252,11 +261,12 @@ def _move_dequantize(graph, registry) -> int:
     """``Mover(DQ(q))`` -> ``DQ(Mover(q))`` for per-tensor DQs whose mover takes int8."""
     moved = 0
     for node in list(graph.nodes):
-        if not moves_values(node):
+        if not moves_values(node, True):
             continue
         dq = dequantized(graph, graph.producers(), node.inputs[0])
         op = registry.find_op(node.domain, node.op_type, node.opset)
-        if dq is None or not dq.per_tensor or op is None or np.dtype(graph.info(dq.x).dtype) not in op.dtypes:
+        if (dq is None or not dq.per_tensor or not moves_values(node, not np.any(dq.zero)) or op is None
+                or np.dtype(graph.info(dq.x).dtype) not in op.dtypes):
             continue
         inner = fresh_name(graph, f"{node.outputs[0]}/quantized")
         moved_node = node.replace(inputs=(dq.x,) + tuple(node.inputs[1:]), outputs=(inner,) + tuple(node.outputs[1:]))

@@ -13,11 +13,12 @@ Gemm the build's :attr:`Graph.int8` does not exclude:
   ``max |w| / 127``), and read through a DequantizeLinear;
 
 and ``fuse_qdq`` then turns the layer into its integer form (and records the decision).
-A tensor made by ops that only move values (a MaxPool of a Relu) is quantized above them
-with its input's range, so they run on INT8 data too. A layer that cannot be
-quantized (an input with no range: it was zero throughout calibration or a pass made it;
-a weight that is not constant where it must be; a transposed A) stays in float, and the
-reason is recorded in ``Int8Request.fallbacks``, never silently.
+A tensor made by ops that only move values (a MaxPool of a Relu; the ``channels_last``
+pass's Transpose and channel Pad of zeros) is quantized above them with its input's range,
+so they run on INT8 data too. A layer that cannot be quantized (an input with no range:
+it was zero throughout calibration or a pass made it; a weight that is not constant where
+it must be; a transposed A) stays in float, and the reason is recorded in
+``Int8Request.fallbacks``, never silently.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _source(graph, registry, name: str, ranges, readers, producers) -> str:
     step's input has a range, is read by that op alone, and the op takes int8."""
     while True:
         node = producers.get(name)
-        if not moves_values(node):
+        if not moves_values(node, True):  # (the activations' zero point is 0)
             return name
         above, op = node.inputs[0], registry.find_op(node.domain, node.op_type, node.opset)
         if (above not in ranges or len(readers.get(above, [])) != 1 or above in graph.outputs or op is None
