@@ -11,7 +11,7 @@
   and ``torch.compile(mode="reduce-overhead")`` FP16 in the same run.
 
     python3 benchmarks/int8_bench.py --out DIR [--models digits,resnet50,bert] [--batch 32]
-           [--budget 0.05] [--calibration-batches 4]
+           [--budget 0.05] [--calibration-batches 4] [--variants fp16,int8,...] [--profile]
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ def main() -> int:
     parser.add_argument("--calibration-batches", type=int, default=4)
     parser.add_argument("--calibration-batch", type=int, default=4, help="images (sequences) per calibration batch")
     parser.add_argument("--level", default="3")
+    parser.add_argument("--variants", default="fp16,int8,int8_fp16,int8_budget",
+                        help="builds of each model, of fp16, int8, int8_fp16, int8_budget")
+    parser.add_argument("--profile", action="store_true", help="also record each plan's per-layer profile")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-int8-")
@@ -109,13 +112,17 @@ def main() -> int:
                     "int8_budget": ["--int8", "--fp16", "--calibration-data", folder, "--accuracy-budget",
                                     str(args.budget)]}
         for label, flags in variants.items():
+            if label not in args.variants.split(","):
+                continue
             plan = os.path.join(work, f"{name}_{label}.plan")
             entry[f"{label}_build"] = build(model, plan, cache, args.batch, ["--optimization-level", args.level] + flags)
             if "failed" in entry[f"{label}_build"]:
                 save()
                 continue
-            ms, output, _ = plugrt_run(plan, model, args.batch)
+            ms, output, profile = plugrt_run(plan, model, args.batch, profile=args.profile)
             entry[f"{label}_ms"] = ms
+            if profile is not None:
+                entry[f"{label}_profile"] = profile
             entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
             save()
     save()
