@@ -223,6 +223,46 @@ def test_unaligned_operands_fall_back_to_the_direct_kernel(tiny, rng):
     np.testing.assert_array_equal(out.copy_to_host(), oracle(x, w, None, None, {"pads": [1, 1, 1, 1]}))
 
 
+def test_kernels_compile_for_the_gpu():
+    """sm_90 typing of the production kernels (the simulator does not type them): the
+    gathering wgmma INT8 GEMM over each offered tile, whole and ragged, with and without
+    K split, storing int32 or a requantized int8; the direct kernel."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from numba import cuda, float32, int32
+        from plugrt_builtin_ops.conv import wgmma_nhwc as N
+        from plugrt_builtin_ops.matmul.integer_store import Int8Operands
+        from plugrt_builtin_ops.matmul.wgmma import wgmma_kernel
+        from plugrt_builtin_ops.quant import nhwc_integer
+
+        @cuda.jit(device=True)
+        def keep(v, i, ops):
+            return v
+
+        @cuda.jit(device=True)
+        def requantize(v, i, ops):
+            return int32(min(max(float32(v) * ops[1][i % 16], float32(-128)), float32(127)))
+
+        i8, u8, i32, f32, i64 = arr(np.int8), arr(np.uint8), arr(np.int32), arr(np.float32), arr(np.int64)
+        zp = types.Tuple((i32, i32, i32, i32, i64))
+        for out, fn, ops in ((i32, keep, types.Tuple((i64,))), (i8, requantize, types.Tuple((i64, f32)))):
+            args = [out, f32, f32, zp, i32, i64, i64, types.float32, types.float32, I64, I64, ops]
+            for config in N.GPU_CONFIGS:
+                for even, split in ((True, False), (False, True)):
+                    kernel = wgmma_kernel(config, True, True, even, split, fn, False, gather=N.nhwc_gather,
+                                          int8=Int8Operands("s8.s8", False))
+                    check(f"{config.name} {out} even={even} split={split}", kernel, args)
+            kernel = wgmma_kernel(N.GPU_CONFIGS[0], True, True, False, False, fn, False, gather=N.nhwc_gather,
+                                  int8=Int8Operands("u8.s8", False))
+            check(f"u8.s8 {out}", kernel, args)
+            for xs, ws in ((i8, i8), (u8, i8), (i8, u8)):
+                check(f"direct {xs} {ws} {out}", nhwc_integer.direct_kernel(fn),
+                      [out, xs, ws, xs, ws, I64, I64, i64, i64, ops])
+    """)
+    assert not failures, "\\n".join(failures)
+
+
 # ----------------------------------------------------------------------------- the conformance kit
 
 

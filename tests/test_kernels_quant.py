@@ -302,7 +302,7 @@ def test_qlinear_conv_fuses_the_dequantize_after_it(rng, registry):
 def test_conformance_kit_passes_the_family(registry):
     report = check_plugin("builtin-quant", registry=registry)  # raises ConformanceError naming any failure
     assert report.ok and report.ops() == ["ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
-                                          "QLinearMatMul", "QuantizeLinear"]
+                                          "QLinearMatMul", "QuantizeLinear", "plugrt.quant::ConvIntegerNHWC"]
 
 
 def test_dp4a_assembles_for_sm_90(tmp_path):
