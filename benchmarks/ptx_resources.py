@@ -11,6 +11,7 @@ libraries (a CUDA toolkit: set ``CUDA_HOME``; Numba also loads ``libnvrtc`` thro
     python3 benchmarks/ptx_resources.py wgmma:2,256,4        # one wgmma GEMM tile (warpgroups,columns,stages), sm_90a
     python3 benchmarks/ptx_resources.py wgmma8:2,256,4       # the INT8 wgmma GEMM (s8.s8; u8.s8 with zero points)
     python3 benchmarks/ptx_resources.py nhwc16:2,128,5       # one channels-last conv tile, FP16 (nhwc: TF32)
+    python3 benchmarks/ptx_resources.py nhwc8:2,128,5        # the channels-last INT8 conv (ConvIntegerNHWC), s8.s8
     python3 benchmarks/ptx_resources.py rownorm16:1,8,3      # the vector row kernel (warps,rows,vectors a lane), FP16
     python3 benchmarks/ptx_resources.py attn16:4,1,64,3,128  # one FP16 attention tile (warps,mi,bk,min_blocks[,d[,dv]])
 
@@ -101,6 +102,7 @@ def kernels(spec: str | None):
             yield from _wgmma_int8(config)
         for config in wgmma_nhwc.GPU_CONFIGS:
             yield f"conv nhwc16 {config.name}", _nhwc(config, True), GEMM_ARGS
+            yield from _nhwc_int8(config)
         for config in attention_f16.GPU_CONFIGS if attention_f16 else ():
             yield from _attention_f16(config, 64, 64)
         return
@@ -121,6 +123,8 @@ def kernels(spec: str | None):
     elif kind in ("nhwc", "nhwc16"):
         config = wgmma.WgmmaConfig(*values)
         yield f"conv {kind} {config.name}", _nhwc(config, kind == "nhwc16"), GEMM_ARGS
+    elif kind == "nhwc8":
+        yield from _nhwc_int8(wgmma.WgmmaConfig(*values))
     elif kind in ("rownorm", "rownorm16"):
         yield from _row_norms(kind == "rownorm16", *values)
     elif kind == "attn16":
@@ -130,8 +134,8 @@ def kernels(spec: str | None):
         config = tf32.Tf32Config(*values)
         yield f"conv {config.name}", conv_tf32.conv_tf32_kernel(config, _no_epilogue, False, False), CONV_ARGS
     else:
-        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, wgmma8:, nhwc:, conv:, rownorm: "
-                         "or attn16:")
+        raise SystemExit(f"unknown kernel kind {kind!r}: use tf32:, simt:, wgmma:, wgmma8:, nhwc:, nhwc16:, nhwc8:, "
+                         "conv:, rownorm: or attn16:")
 
 
 def _row_norms(half: bool, warps: int, rows: int, vectors: int):
@@ -182,6 +186,18 @@ def _nhwc(config, half: bool):
     kernel = wgmma.wgmma_kernel(config, True, True, False, False, _no_epilogue, False, half, wgmma_nhwc.nhwc_gather)
     kernel.ptx_arch = "a"
     return kernel
+
+
+def _nhwc_int8(config):
+    """ConvIntegerNHWC's wgmma kernel: the NHWC gather on s8.s8 operands (symmetric, no
+    correction), ragged tiles, int32 out, sm_90a."""
+    i32 = _arr(np.int32)
+    kernel = wgmma.wgmma_kernel(config, True, True, False, False, _no_epilogue, False, gather=wgmma_nhwc.nhwc_gather,
+                                int8=Int8Operands("s8.s8", False))
+    kernel.ptx_arch = "a"
+    zp = types.Tuple((i32, i32, i32, i32, I64))
+    yield f"conv nhwc8 {config.name} s8.s8", kernel, (i32, F32, F32, zp, i32, I64, I64, types.float32, types.float32,
+                                                      types.int64, types.int64, types.Tuple((I64,)))
 
 
 def main() -> int:
