@@ -263,6 +263,32 @@ def test_kernels_compile_for_the_gpu():
     assert not failures, "\\n".join(failures)
 
 
+# ----------------------------------------------------------------------------- GPU only
+
+
+@pytest.mark.skipif(simulated(), reason="wgmma needs a Hopper GPU")
+@pytest.mark.parametrize("dtypes, x_shape, w_shape, attrs", [
+    ((I8, I8), (2, 56, 56, 64), (64, 3, 3, 64), {"pads": [1, 1, 1, 1]}),
+    ((U8, I8), (2, 14, 14, 256), (1024, 1, 1, 256), {}),
+    ((I8, I8), (2, 28, 28, 128), (128, 3, 3, 128), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((I8, I8), (3, 7, 7, 512), (512, 3, 3, 512), {"pads": [1, 1, 1, 1]}),  # few tiles: split K
+    ((I8, U8), (1, 9, 11, 48), (40, 3, 3, 48), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+])
+def test_wgmma_nhwc_int8_on_the_gpu(rng, dtypes, x_shape, w_shape, attrs):
+    """Production tiles: the tensor cores against NumPy's int64 convolution, exactly."""
+    x, w = ints(rng, dtypes[0], x_shape), ints(rng, dtypes[1], w_shape)
+    graph, feeds = nhwc_graph(x, w, attrs)
+    tactics = [t for t in node_tactics(graph, default_registry()) if t.name.startswith("wgmma")]
+    assert tactics
+    want = oracle(x, w, None, None, attrs)
+    failures = []
+    for tactic in tactics:
+        got = run_tactic(graph, tactic, feeds)[0]
+        if not np.array_equal(got, want):
+            failures.append(f"{tactic.name}: {int(np.sum(got != want))} of {want.size} differ")
+    assert not failures, "; ".join(failures)
+
+
 # ----------------------------------------------------------------------------- the conformance kit
 
 
