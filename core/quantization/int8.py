@@ -187,14 +187,13 @@ def _first_batches(graph: Graph, registry, config, count: int) -> list:
 
 
 def _check_batch(graph: Graph, profile, feeds: dict, index: int) -> None:
-    """A batch's shapes must be ones the engine will run: inside the profile."""
+    """A batch's shapes must be ones the engine will run: inside the profile
+    (:meth:`OptimizationProfile.check <plugrt.engine.profile.OptimizationProfile.check>`)."""
     for name in graph.inputs:
-        shape = tuple(np.shape(feeds[name]))
-        entry = profile.shapes.get(name)
-        if entry is None:
+        if profile.get_shape(name) is None:
             continue
-        low, _, high = entry
-        if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
-            raise PlugrtError(f"calibration batch {index}: input {name!r} has shape {format_shape(shape)}, outside "
-                              f"the optimization profile ({format_shape(low)} .. {format_shape(high)}); give "
-                              "batches of shapes the engine will run, or widen the profile")
+        try:
+            profile.check(name, tuple(int(d) for d in np.shape(feeds[name])))
+        except PlugrtError as error:
+            raise PlugrtError(f"calibration batch {index}: {error}, or give batches of shapes the engine "
+                              "will run") from None
