@@ -141,10 +141,11 @@ def nhwc_integer_tactics(geo, x_dtype, w_dtype, zero_points: tuple[bool, bool], 
     """Every tactic of a ConvIntegerNHWC node at concrete shapes, best guess first, each
     storing ``epilogue.fn(int32 accumulator, index, operands)``. ``zero_points``: whether
     x's and w's may be nonzero. On a Hopper GPU the wgmma implicit GEMM where it applies
-    (see the module doc), its tiles in the conv family's :func:`~plugrt_builtin_ops.conv.
-    wgmma_nhwc.config_order` (those ``wgmma`` has an s8 shape for), each with K split first
-    where the output tiles cannot fill the GPU; then the direct tactic (first in the
-    simulator, where the MMAs are emulated)."""
+    (see the module doc), its tiles in the conv family's order
+    (:func:`plugrt_builtin_ops.conv.wgmma_nhwc.config_order`, K in tiles of 128 values;
+    those ``wgmma`` has an s8 shape for), each with K split first where the output tiles
+    cannot fill the GPU; then the direct tactic (first in the simulator, where the MMAs
+    are emulated and the conv family offers no tiles unless a test swaps some in)."""
     x_dtype, w_dtype = np.dtype(x_dtype), np.dtype(w_dtype)
     direct = direct_tactic(geo, x_dtype, w_dtype, w_per_channel, epilogue)
     types = (PTX_TYPES.get(x_dtype), PTX_TYPES.get(w_dtype))
