@@ -258,3 +258,50 @@ def test_int8_convolutions_go_channels_last_as_a_float_build_does():
     got = _run(engine, feeds)[current]
     assert relative_error(got, ReferenceExecutor(engine.graph, default_registry()).run(feeds)[current]) < KERNEL_TOLERANCE
     assert relative_error(got, _onnxruntime(model, feeds)[current]) < INT8_TOLERANCE
+
+
+def test_a_timed_build_keeps_in_float_the_layers_int8_makes_slower(caplog):
+    """With a timer (a GPU build's; here a given measure), a layer whose integer kernel is
+    measured slower than its float ones stays in float, named in the report and a warning."""
+    model = conv_net(14)
+
+    def measure(run):
+        return 5.0 if "Integer" in run.node.op_type else 1.0
+
+    config = BuilderConfig(int8=True, fp16=True, progress=False, calibration_data=_batches(15, (1, 3, 6, 6), 3),
+                           accuracy_check=False, optimization_level=1)
+    with caplog.at_level(logging.WARNING, logger="plugrt.builder"):
+        engine = Builder(measure=measure).build_engine(model, config)
+    slower = [f for f in engine.precision["fallbacks"] if "INT8 measured slower than" in f["reason"]]
+    assert {f["layer"] for f in slower} == {"conv1", "conv2", "conv3"}, engine.precision["fallbacks"]
+    assert "(5.0000 ms against 1.0000 ms)" in slower[0]["reason"]
+    assert not any("ConvInteger" in op for op in _layer_ops(engine))
+    assert any("INT8 measured slower" in record.getMessage() for record in caplog.records)
+    feeds = _batches(16, (1, 3, 6, 6), 1)[0]
+    got = _run(engine, feeds)["y"]
+    assert relative_error(got, ReferenceExecutor(engine.graph, default_registry()).run(feeds)["y"]) < KERNEL_TOLERANCE
+    assert relative_error(got, _onnxruntime(model, feeds)["y"]) < INT8_TOLERANCE  # (only the head is INT8)
+
+
+@pytest.mark.parametrize("times, expected", [((0.5, 1.0, 2.0), None), ((0.9, 1.0, 0.8), "FP16"),
+                                             ((1.5, 1.0, None), "FP32"), ((None, 1.0, 0.8), None)])
+def test_int8_is_kept_where_no_float_kernel_is_faster(times, expected):
+    """:func:`slower_in_int8` against the timer's answers (integer, FP32, FP16 ms; None:
+    not timed, which keeps INT8)."""
+    from plugrt.ir.graph import Int8Request
+    from plugrt.onnx.importer import import_model
+    from plugrt_builtin_ops.quant.timed import slower_in_int8
+
+    registry = default_registry()
+    graph = import_model(conv_net(17), registry=registry)
+    node = next(n for n in graph.nodes if n.op_type == "Conv")
+    asked = []
+
+    def timer(variant, dtypes):
+        label = "int8" if variant.op_type == "ConvInteger" else "fp16" if dtypes else "fp32"
+        asked.append((label, variant.inputs[:2] == node.inputs[:2]))
+        return dict(zip(("int8", "fp32", "fp16"), times))[label]
+
+    reason = slower_in_int8(graph, registry, node, Int8Request(fp16=True, timer=timer))
+    assert sorted(asked) == [("fp16", True), ("fp32", True), ("int8", True)]
+    assert (reason is None) if expected is None else f"INT8 measured slower than {expected}" in reason

@@ -29,6 +29,7 @@ from plugrt.passes.pattern import add_constant, constant_value, finish, fresh_na
 from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
 
 from .fuse_qdq import moves_values, op_key
+from .timed import slower_in_int8
 
 NAME = "place_qdq"
 FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
@@ -40,10 +41,8 @@ def run(graph, registry) -> int:
     request = graph.int8
     if request is None:
         return 0
-    placed: dict[str, str] = {}
-    count = 0
-    readers, producers = graph.consumers(), graph.producers()
-    for node in list(graph.nodes):
+    chosen = []
+    for node in list(graph.nodes):  # decided on the graph as it is: no Q/DQ placed yet
         specify = _SPECS.get(op_key(node))
         if specify is None:
             continue
@@ -54,11 +53,16 @@ def run(graph, registry) -> int:
         if isinstance(spec, str):
             request.fall_back(node.name, spec)
             continue
-        reason = _unquantizable(graph, node, spec, request.ranges)
+        reason = _unquantizable(graph, node, spec, request.ranges) or slower_in_int8(graph, registry, node, request)
         if reason:
             request.fall_back(node.name, reason)
             continue
-        inputs = list(node.inputs)
+        chosen.append((node, spec))
+    placed: dict[str, str] = {}
+    count = 0
+    readers, producers = graph.consumers(), graph.producers()
+    for node, spec in chosen:
+        inputs = list(node.inputs)  # (as first seen: a tensor quantized since reads through its DQ, found by name)
         for index, axis in spec:
             name = inputs[index]
             if axis is None:

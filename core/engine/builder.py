@@ -156,7 +156,7 @@ class Builder:
             return len(report[-1].decisions)
 
         def int8(g: Graph) -> int:
-            return prepare_int8(g, self.registry, config, profile, relative_error)
+            return prepare_int8(g, self.registry, config, profile, relative_error, tuner if timed else None)
 
         passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
                           precision=precision, int8=int8)

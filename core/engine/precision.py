@@ -40,10 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from plugrt.engine.precision_rewrite import DTYPES, FP16, FP32, NAMES, rewrite
 from plugrt.errors import PlugrtError
-from plugrt.ir.graph import Graph, Value
-from plugrt.ir.infer import run_infer
+from plugrt.ir.graph import Graph
 from plugrt.ir.specialize import concretize, is_host_node
-from plugrt.ir.tensor import TensorInfo
+from plugrt.tuning.variants import retyped
 
 log = logging.getLogger("plugrt.builder")
 
@@ -292,27 +291,7 @@ def _variant(opt: Graph, node, slots, precision: str, registry, op, tuner):
     """A graph where ``node`` runs in ``precision`` (its slots retyped, outputs inferred),
     and the node's candidate tactics there; raises when it cannot run so."""
     dtype = DTYPES[precision]
-    scratch = Graph.__new__(Graph)
-    scratch.__dict__.update(opt.__dict__)
-    scratch.values = dict(opt.values)
-    ins = []
-    for i, name in enumerate(node.inputs):
-        info = opt.info(name) if name else None
-        if info is not None and i in slots[0] and info.dtype != dtype:
-            with np.errstate(over="ignore"):  # a constant beyond FP16's range: inf, as the kernel would see
-                info = TensorInfo(dtype, info.shape, None if info.value is None else info.value.astype(dtype))
-            scratch.values[name] = Value(name, info)
-        ins.append(info)
-    outs = run_infer(op, node, ins)
-    for name, info in zip(node.outputs, outs):
-        if name:
-            scratch.values[name] = Value(name, info)
-    tactics = registry.tactics(op, node, ins, [info for name, info in zip(node.outputs, outs) if name])
-    if tuner is not None:
-        tactics = tuner.allowed(tactics)
-    if not tactics:
-        raise PlugrtError(f"no tactic for inputs {', '.join(str(i.dtype) for i in ins if i is not None)}")
-    return scratch, tactics
+    return retyped(opt, node, {i: dtype for i in slots[0]}, registry, op, tuner)
 
 
 def _check_range(graph: Graph, registry, profile, choices: dict, slots: dict, constraints: dict, config,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -75,6 +75,13 @@ class Int8Request:
     #: A calibration batch and the float network's outputs on it (the build's accuracy check).
     feeds: dict | None = None
     reference: dict | None = None
+    #: Whether float layers may run in FP16 (``BuilderConfig.fp16``).
+    fp16: bool = False
+    #: ``timer(node, dtypes) -> ms | None`` where the build times tactics (a GPU): the
+    #: fastest tactic of ``node`` (the graph's, or one made beside it reading its tensors)
+    #: with input ``i`` read as ``dtypes[i]``, at the profile's opt shapes; ``None`` (the
+    #: simulator, level 0) leaves INT8 preferred wherever calibration allows it.
+    timer: Callable | None = None
 
     def fall_back(self, layer: str, reason: str) -> None:
         if not any(f["layer"] == layer for f in self.fallbacks):

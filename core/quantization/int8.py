@@ -79,10 +79,12 @@ def _plain(value):
     return value
 
 
-def prepare(graph: Graph, registry, config, profile, metric=None) -> int:
+def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None) -> int:
     """Set ``graph.int8`` for an INT8 build (ranges from the cache or from calibration);
     return how many tensors have a range. Not an INT8 build: ``graph.int8`` stays None.
-    ``metric(got, expected)``: the accuracy budget's default error measure."""
+    ``metric(got, expected)``: the accuracy budget's default error measure. ``tuner``
+    (a build that times tactics) gives the passes a timer (:attr:`Int8Request.timer`):
+    a layer stays in INT8 only where its integer kernel is measured no slower than float."""
     if not config.int8:
         graph.int8 = None
         return 0
@@ -98,7 +100,8 @@ def prepare(graph: Graph, registry, config, profile, metric=None) -> int:
             calibration_cache.write_cache(config.calibration_cache, config.calibration_algorithm, digest, ranges,
                                           percentile=config.calibration_percentile)
             log.info("calibration cache %s written: %d tensor ranges", config.calibration_cache, len(ranges))
-    graph.int8 = Int8Request(ranges=dict(ranges), excluded=set(excluded))
+    graph.int8 = Int8Request(ranges=dict(ranges), excluded=set(excluded), fp16=bool(config.fp16),
+                             timer=layer_timer(graph, registry, tuner, profile))
     if config.accuracy_budget is not None or config.accuracy_metric is not None:
         from plugrt.quantization.budget import BATCHES, fit_budget
 
@@ -113,6 +116,33 @@ def prepare(graph: Graph, registry, config, profile, metric=None) -> int:
     if kept:
         graph.int8.feeds, graph.int8.reference = kept[0]
     return len(ranges)
+
+
+def layer_timer(graph: Graph, registry, tuner, profile):
+    """:attr:`Int8Request.timer` over ``graph`` at the profile's opt shapes, or None where
+    ``tuner`` does not time (no GPU, level 0): the fastest tactic's median time of a node
+    with its inputs retyped (:func:`plugrt.tuning.variants.retyped`), through the tuner
+    (its timing cache: the build's own tuning of an identical layer finds the times)."""
+    if tuner is None or not tuner.times:
+        return None
+    from plugrt.tuning.variants import retyped
+    from plugrt.ir.specialize import concretize
+
+    concrete: list = []
+
+    def timer(node, dtypes: dict) -> float | None:
+        if not concrete:
+            concrete.append(concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, registry,
+                                       profile.shape_values))
+        op = registry.op(node)
+        try:
+            scratch, tactics = retyped(concrete[0], node, dtypes, registry, op, tuner)
+        except Exception as exc:  # noqa: BLE001 - a variant the plugin cannot run is not timed
+            log.info("%s: not timed with inputs %s (%s)", node.describe(), dtypes, exc)
+            return None
+        return tuner.choose(node, scratch, op, registry.owner(op), tactics, always_time=True).time_ms
+
+    return timer
 
 
 def _cached(config, digest: str) -> dict[str, float] | None:

@@ -100,6 +100,11 @@ class Tuner:
         self.recorded = 0
         self.registry = registry
 
+    @property
+    def times(self) -> bool:
+        """Whether this tuner times tactics at all (a GPU or a given measure; level >= 1)."""
+        return self.timing and self.level != HEURISTIC_LEVEL
+
     def allowed(self, tactics) -> list:
         """The candidates: ``tactics`` in order, less TF32 ones when TF32 is off."""
         return allowed(tactics, self.tf32)
@@ -132,7 +137,7 @@ class Tuner:
             raise PlugrtError(f"{node.describe()}: every tactic of plugin {owner.name!r} uses TF32, which the "
                               "builder config forbids (tf32=False); allow TF32 (drop --no-tf32)")
         timed = self.to_time(candidates)
-        if not timed and always_time and self.timing and self.level != HEURISTIC_LEVEL:
+        if not timed and always_time and self.times:
             timed = candidates[:1]
         if not timed or all(not name or 0 in graph.info(name).shape for name in node.outputs):
             return Choice(candidates[0])
