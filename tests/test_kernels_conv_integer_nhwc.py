@@ -17,6 +17,7 @@ from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
 from plugrt.testing import check_plugin, node_tactics, run_tactic, single_node_model
 from plugrt_builtin_ops.conv import wgmma_nhwc
+from plugrt_builtin_ops.matmul import wgmma
 from plugrt_builtin_ops.matmul.wgmma import WgmmaConfig
 from plugrt_builtin_ops.quant import nhwc_integer
 from plugrt_builtin_ops.quant.nhwc_ops import DOMAIN
@@ -34,6 +35,7 @@ TINY = (WgmmaConfig(1, 8, 3), WgmmaConfig(1, 16, 4)) if simulated() else (WgmmaC
 def tiny(monkeypatch):
     monkeypatch.setattr(wgmma_nhwc, "SIM_CONFIGS", TINY)
     monkeypatch.setattr(wgmma_nhwc, "GPU_CONFIGS", TINY)
+    monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", TINY)  # (a 1x1's plain GEMM: the matmul family's tiles)
 
 
 def ints(rng, dtype, shape):
@@ -142,6 +144,22 @@ def test_wgmma_nhwc_int8_is_exact(tiny, rng, dtypes, x_shape, w_shape, attrs):
     assert {t.params["bn"] for t in gathered} == {c.bn for c in TINY}
     assert all(t.params["operands"] == types and t.params["format"] == "channels_last" for t in gathered)
     check_all(graph, gathered, feeds, oracle(x, w, None, None, attrs))
+
+
+@pytest.mark.parametrize("dtypes, x_shape, m", [((I8, I8), (2, 4, 4, 32), 16), ((U8, I8), (1, 5, 7, 48), 8)])
+def test_a_1x1_also_runs_the_plain_int8_gemm(tiny, rng, dtypes, x_shape, m):
+    """A pointwise convolution is X ``[N*H*W, C]`` by W ``[M, C]``: the matmul family's INT8
+    wgmma GEMM, first on a GPU, exact."""
+    x, w = ints(rng, dtypes[0], x_shape), ints(rng, dtypes[1], (m, 1, 1, x_shape[-1]))
+    graph, feeds = nhwc_graph(x, w, {})
+    tactics = node_tactics(graph, default_registry())
+    plain = [t for t in tactics if t.name.startswith("gemm_1x1_wgmma")]
+    assert plain and all(t.params["format"] == "channels_last" for t in plain)
+    if not simulated():
+        assert tactics[0] is plain[0]
+    check_all(graph, plain, feeds, oracle(x, w, None, None, {}))
+    strided, _ = nhwc_graph(x, w, {"strides": [2, 2]})
+    assert not any(t.name.startswith("gemm_1x1") for t in node_tactics(strided, default_registry()))
 
 
 def test_known_zero_zero_points_take_the_wgmma_tactic(tiny, rng):

@@ -157,11 +157,11 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
     direct = direct_nhwc_tactic(geo, dtype, epilogue)
     dtype = np.dtype(dtype)
     if not (geo.rank in (1, 2) and geo.group == 1 and dtype in (np.float16, np.float32) and hopper()):
-        return [_renamed(direct, "", FORMAT)]
+        return [renamed(direct, "", FORMAT)]
     half = dtype == np.float16
     if geo.in_channels % (8 if half else 4):
-        return [_renamed(direct, "", FORMAT)]
-    plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if _is_pointwise(geo) else []
+        return [renamed(direct, "", FORMAT)]
+    plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if is_pointwise(geo) else []
     meta = gather_meta(geo, dtype.itemsize, has_bias)
     bk = 2 * BK if half else BK
     gathered = []
@@ -170,7 +170,7 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
         for s in ((splits, 1) if splits > 1 else (1,)):
             gathered.append(_gather_tactic(config, meta, half, s, epilogue, has_bias, direct))
     found = [direct] + gathered + plain if simulated() else plain + gathered + [direct]
-    return [_renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
+    return [renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
 
 
 def config_order(out_channels: int, k_tiles: int) -> list[WgmmaConfig]:
@@ -185,13 +185,16 @@ def config_order(out_channels: int, k_tiles: int) -> list[WgmmaConfig]:
     return sorted(keep, key=lambda c: ((c.stages > 3) if short else (c.stages <= 3), -c.bn, -c.bm))
 
 
-def _is_pointwise(geo: ConvGeometry) -> bool:
+def is_pointwise(geo: ConvGeometry) -> bool:
+    """A 1x1 convolution with unit strides and no padding: a plain GEMM over ``[N*H*W, C]``."""
     return (all(k == 1 for k in geo.kernel) and all(s == 1 for s in geo.strides) and not any(geo.pads)
             and tuple(geo.in_spatial) == tuple(geo.out_spatial))
 
 
-def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
-    """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``."""
+def pointwise_meta(geo: ConvGeometry, has_bias: bool) -> np.ndarray:
+    """The matmul family's ``meta`` of a pointwise convolution (:func:`is_pointwise`): X
+    ``[N*H*W, C]`` by W ``[M, C]`` (K-contiguous, as ``wgmma`` reads it), the bias as
+    Gemm's C broadcast along rows."""
     meta = np.zeros(META_LEN, np.int64)
     c, m = geo.in_channels, geo.out_channels
     meta[[NB, M_, N_, K_]] = 1, geo.batch * int(np.prod(geo.in_spatial)), m, c
@@ -199,15 +202,21 @@ def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fa
     meta[A_KC] = 1
     if has_bias:
         meta[[USE_C, SCM, SCN]] = 1, 0, 1
-    offs = np.zeros(OFFS_W, np.int64)
+    return meta
+
+
+def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
+    """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``."""
+    meta, offs = pointwise_meta(geo, has_bias), np.zeros(OFFS_W, np.int64)
     kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
     if dtype == np.float16:
-        return [_renamed(t, "gemm_1x1_") for t in wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback,
+        return [renamed(t, "gemm_1x1_") for t in wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback,
                                                                        **kw)]
-    return [_renamed(t, "gemm_1x1_") for t in wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)]
+    return [renamed(t, "gemm_1x1_") for t in wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)]
 
 
-def _renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:
+def renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:
+    """``tactic`` under ``prefix + name``, its ``params["format"]`` set to ``layout`` when given."""
     params = dict(tactic.params) if layout is None else {**tactic.params, "format": layout}
     return Tactic(prefix + tactic.name, tactic.launches, params, tactic.workspace_bytes, math=tactic.math)
 

@@ -33,7 +33,7 @@ from plugrt_builtin_ops.matmul.plan import K_, M_, N_, OFFS_W
 from plugrt_builtin_ops.matmul.simt import choose_splits, is_even
 from plugrt_builtin_ops.matmul.store import split_chunk, staging_bytes
 from plugrt_builtin_ops.matmul.wgmma import WgmmaConfig, hopper, wgmma_kernel
-from plugrt_builtin_ops.matmul.wgmma_int8 import INT8_BK, PTX_TYPES
+from plugrt_builtin_ops.matmul.wgmma_int8 import INT8_BK, PTX_TYPES, wgmma_int8_tactics
 from plugrt_builtin_ops.matmul.wgmma_intrinsics import int8_columns_ok
 
 from .conv_integer import MAX_RANK
@@ -161,7 +161,12 @@ def nhwc_integer_tactics(geo, x_dtype, w_dtype, zero_points: tuple[bool, bool], 
         splits = choose_splits(meta, config.bm, config.bn, INT8_BK)
         for s in ((splits, 1) if splits > 1 else (1,)):
             gathered.append(wgmma_tactic(config, meta, operands, s, epilogue, direct))
-    return [direct] + gathered if simulated() else gathered + [direct]
+    plain = []
+    if wgmma_nhwc.is_pointwise(geo):  # also the matmul family's INT8 GEMM: X [N*H*W, C] by W [M, C]
+        plain = [wgmma_nhwc.renamed(t, "gemm_1x1_", FORMAT) for t in wgmma_int8_tactics(
+            x_dtype, w_dtype, wgmma_nhwc.pointwise_meta(geo, False), np.zeros(OFFS_W, np.int64), epilogue=epilogue,
+            symmetric=True, fallback=direct)]
+    return [direct] + gathered + plain if simulated() else plain + gathered + [direct]
 
 
 def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, operands: Int8Operands, splits: int, epilogue: Epilogue,
