@@ -16,6 +16,9 @@ tensors, accumulating in int32.
   nonzero x zero point would be wrong here, not just slower: the gather's ``cp.async``
   zero-fills the chunks outside the image, where the padding must read as the zero
   point. Split K as MatMulInteger's INT8 tactic (int32 partial sums, one reduction).
+- ``gemm_1x1_wgmma_s8s8``...: a pointwise layer (1x1, unit strides, no padding) is X
+  ``[N*H*W, C]`` by W ``[M, C]``, so the matmul family's own INT8 wgmma GEMM serves it
+  too (no gather), first on a GPU, as FP16's 1x1 convolutions.
 """
 
 from __future__ import annotations
