@@ -248,8 +248,8 @@ def test_new_kernels_compile_for_the_gpu():
         plain = no_epilogue(3).fn
         for dt in ("float16", "float32"):
             gemm = [arr(dt), arr(dt), arr(dt), arr(dt), arr(np.float32), arr(np.int64), arr(np.int64)]
-            for c in cg.GPU_CONFIGS:
-                for pointwise in (False, True):
+            for index, c in enumerate(cg.GPU_CONFIGS):  # (the other tiles differ from the first in constants)
+                for pointwise in (False, True) if index == 0 else (False,):
                     check(f"conv gemm {c.label} pointwise={pointwise} {dt}",
                           cg.gemm_kernel(c.bm, c.bn, c.bk, c.tm, c.tn, epi, pointwise), gemm + [operands(dt)], True)
             c = cg.GPU_CONFIG
@@ -259,7 +259,7 @@ def test_new_kernels_compile_for_the_gpu():
             acc = cgeo.compute_type(dt)
             args = [arr(dt), arr(dt), arr(dt), arr(dt), I64, I64, arr(np.int64)]
             for window in ((3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1), (5, 5, 1, 1, 2, 2), (1, 7, 1, 1, 1, 1)):
-                for tw in dk.OUTPUTS_PER_THREAD:
+                for tw in dk.OUTPUTS_PER_THREAD if window[2] == 1 and window[0] == 3 else dk.OUTPUTS_PER_THREAD[-1:]:
                     check(f"depthwise {window} w{tw} {dt}", dk.depthwise_kernel(acc, *window, tw, epi),
                           args + [operands(dt)], dt != "float64")
             check(f"depthwise no epilogue {dt}", dk.depthwise_kernel(acc, 3, 3, 1, 1, 1, 1, 4, plain),

@@ -130,11 +130,11 @@ def test_block_kernels_compile_for_the_gpu():
         T = arr(np.int64)
         for dt in ("float16", "float32"):
             view = [I64, I64, T, T, I64, T, T, I64]
-            for bx, by in shapes:
-                for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2"):
+            for index, (bx, by) in enumerate(shapes):  # every block shape; every op on one (it is constants)
+                for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2") if index == 0 else ("ReduceSum",):
                     check(f"{op} {dt} {bx}x{by}", rk.reduce_block_kernel(op, dt, bx, by),
                           [arr(dt), arr(dt)] + view, True)
-                for mode in (sk.SOFTMAX, sk.LOG_SOFTMAX, sk.LOG_SUM_EXP):
+                for mode in (sk.SOFTMAX, sk.LOG_SOFTMAX, sk.LOG_SUM_EXP) if index == 0 else (sk.SOFTMAX,):
                     check(f"exp mode {mode} {dt} {bx}x{by}", sk.exp_block_kernel(dt, mode, bx, by),
                           [arr(dt), arr(dt)] + view, True)
                 check(f"argmax {dt} {bx}x{by}", ak.arg_block_kernel(dt, True, False, False, bx, by),
