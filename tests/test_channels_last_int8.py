@@ -19,6 +19,7 @@ from plugrt.engine.accuracy import relative_error
 from plugrt.ir.graph import Int8Request
 from plugrt.onnx.importer import import_model
 from plugrt.reference import ReferenceExecutor
+from plugrt.passes import eliminate_dead_code
 from plugrt.registry import default_registry
 from plugrt_builtin_ops.conv import nhwc_ops as conv_nhwc
 from plugrt_builtin_ops.quant import fuse_qdq, quantizable
@@ -72,6 +73,7 @@ def _rewritten(graph, feeds):
     registry = default_registry()
     before = ReferenceExecutor(graph, registry).run(feeds)["y"]
     assert fuse_qdq.run(graph, registry) > 0
+    eliminate_dead_code.run(graph, registry)  # (as the pipeline does after the quantize passes)
     return before, ReferenceExecutor(graph, registry).run(feeds)["y"]
 
 
@@ -104,6 +106,7 @@ def test_a_pad_of_zeros_keeps_a_dq_with_a_zero_point_above_it(rng):
     registry = default_registry()
     before = ReferenceExecutor(graph, registry).run(feeds)["y"]
     fuse_qdq.run(graph, registry)
+    eliminate_dead_code.run(graph, registry)
     assert "ConvNHWC" in _ops(graph) and graph.info(graph.nodes[_ops(graph).index("Pad")].outputs[0]).dtype == np.float32
     np.testing.assert_allclose(ReferenceExecutor(graph, registry).run(feeds)["y"], before, rtol=1e-6)
 
@@ -123,6 +126,7 @@ def test_place_qdq_quantizes_conv_nhwc_as_conv(rng):
     assert (x_dq.op_type, w_dq.op_type) == ("DequantizeLinear", "DequantizeLinear")
     assert w_dq.attrs["axis"] == 0 and graph.info(w_dq.inputs[1]).value.shape == (8,)
     fuse_qdq.run(graph, registry)
+    eliminate_dead_code.run(graph, registry)
     assert _ops(graph) == ["QuantizeLinear", "ConvIntegerNHWC", "Cast", "Mul"]
 
 

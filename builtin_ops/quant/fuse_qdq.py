@@ -110,7 +110,6 @@ def run(graph, registry) -> int:
                                  "activations, a computed weight or bias, a transposed operand); it runs in float "
                                  "on the dequantized values")
     count += _cancel_pairs(graph) + _fold_constants(graph, registry)
-    _drop_unread(graph)
     if count:
         finish(graph, registry)
     return count
@@ -320,16 +319,3 @@ def _fold_constants(graph, registry) -> int:
         folded.append(node)
     remove_nodes(graph, folded)
     return len(folded)
-
-
-def _drop_unread(graph) -> None:
-    """Q/DQ nodes nothing reads any more (the rewrites above read past them), so that no
-    later fusion computes them for nothing."""
-    while True:
-        readers = graph.consumers()
-        unread = [node for node in graph.nodes if node.op_type in ("QuantizeLinear", "DequantizeLinear")
-                  and node.domain in ("", "ai.onnx")
-                  and not any(name in readers or name in graph.outputs for name in node.outputs if name)]
-        if not unread:
-            return
-        remove_nodes(graph, unread)

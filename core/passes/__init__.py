@@ -19,8 +19,9 @@ Order, and why:
    (:class:`~plugrt.ir.graph.Int8Request`), then the plugins' ``quantize`` passes run
    (the built-in quant family's: Q/DQ inserted where the ranges allow, Q/DQ pairs around
    anchors turned into integer anchors); they run in every build, so a model's own Q/DQ
-   placement (explicit quantization) is honoured with or without ``--no-fusion``; then
-   the builder's precision step (FP16);
+   placement (explicit quantization) is honoured with or without ``--no-fusion``; dead
+   code (the Q/DQ nodes integer layers now read past); then the builder's precision
+   step (FP16);
 4. fusion into generated kernels: epilogues onto anchors, then chains of pointwise ops;
 5. dead code again.
 
@@ -86,6 +87,7 @@ PIPELINE: tuple = (
     FUSION,
     ("eliminate_dead_code", CLEANUP),
     QUANTIZE,
+    ("eliminate_dead_code", CLEANUP),
     ("fuse_epilogues", FUSION),
     ("fuse_pointwise", FUSION),
     ("eliminate_dead_code", CLEANUP),

@@ -33,6 +33,7 @@ import logging
 import numpy as np
 
 from plugrt.ir.graph import Graph, Int8Request
+from plugrt.passes import eliminate_dead_code
 from plugrt.reference import ReferenceExecutor
 
 log = logging.getLogger("plugrt.builder")
@@ -49,6 +50,7 @@ def quantized(graph: Graph, registry, request: Int8Request) -> Graph:
     trial.int8 = request
     for _, graph_pass in registry.passes("quantize"):
         graph_pass.run(trial, registry)
+    eliminate_dead_code.run(trial, registry)  # (as the pipeline does after them)
     return trial
 
 
