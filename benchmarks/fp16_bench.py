@@ -73,6 +73,17 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
     return ms, first[model["output"]], summary
 
 
+def record_run(entry: dict, label: str, plan: str, model: dict, batch: int, reference: np.ndarray,
+               profile: bool) -> None:
+    """``entry[label_ms]``, ``[label_rel_err_vs_torch_fp32]`` (against ``reference``) and,
+    with ``profile``, ``[label_profile]`` of the plan run at ``batch`` (:func:`plugrt_run`)."""
+    ms, output, layers = plugrt_run(plan, model, batch, profile)
+    entry[f"{label}_ms"] = ms
+    if layers is not None:
+        entry[f"{label}_profile"] = layers
+    entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
+
+
 def torch_runs(model: dict, batch: int) -> dict:
     import torch
 
@@ -138,11 +149,7 @@ def main() -> int:
             for label, fp16 in variants:
                 plan = os.path.join(work, f"{name}_b{batch}_{label}.plan")
                 entry[f"{label}_build"] = build(model, plan, cache, batch, fp16, args.optimization_level)
-                ms, output, profile = plugrt_run(plan, model, batch, args.profile)
-                entry[f"{label}_ms"] = ms
-                if profile is not None:
-                    entry[f"{label}_profile"] = profile
-                entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
+                record_run(entry, label, plan, model, batch, reference, args.profile)
                 save()
     save()
     print("\n== fp16 ==")

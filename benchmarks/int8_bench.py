@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp16_bench import plugrt_run, relative_error, torch_runs
+from fp16_bench import record_run, torch_runs
 from runtime_bench import export_models, feeds_for
 
 
@@ -119,11 +119,7 @@ def main() -> int:
             if "failed" in entry[f"{label}_build"]:
                 save()
                 continue
-            ms, output, profile = plugrt_run(plan, model, args.batch, profile=args.profile)
-            entry[f"{label}_ms"] = ms
-            if profile is not None:
-                entry[f"{label}_profile"] = profile
-            entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
+            record_run(entry, label, plan, model, args.batch, reference, args.profile)
             save()
     save()
     print("\n== int8 ==")

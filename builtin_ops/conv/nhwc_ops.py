@@ -27,11 +27,12 @@ CHANNEL_MULTIPLE = 8
 INT8_CHANNEL_MULTIPLE = 16
 
 
-class ConvNHWC(Conv):
-    """Y = conv(X, W) + B with the channel axis last: X (N, D1..Dn, C), W (M, k1..kn, C/group), B (M)."""
-
-    domain = DOMAIN
-    op_type = "ConvNHWC"
+class ChannelsLast:
+    """Mixin for a convolution of the conv family with the channel axis last (X ``[N,
+    spatial..., C]``, W ``[M, k..., C/group]``, Y ``[N, out_spatial..., M]``): checks,
+    shape inference, the reference and the kernel geometry are its channels-first base's
+    on inputs 0 and 1 and output 0 with their channel axis moved back to 1. The quant
+    family's ConvIntegerNHWC is one too."""
 
     def check(self, node, inputs):
         super().check(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]))
@@ -41,7 +42,18 @@ class ConvNHWC(Conv):
 
     def reference(self, node, inputs):
         x, w = (np.moveaxis(np.asarray(a), -1, 1) for a in inputs[:2])
-        return [np.moveaxis(super().reference(node, [x, w, *inputs[2:]])[0], 1, -1)]
+        return [np.ascontiguousarray(np.moveaxis(super().reference(node, [x, w, *inputs[2:]])[0], 1, -1))]
+
+    def _kernel_geometry(self, node, inputs, outputs):
+        return super()._kernel_geometry(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]),
+                                        [channels_first(outputs[0])])
+
+
+class ConvNHWC(ChannelsLast, Conv):
+    """Y = conv(X, W) + B with the channel axis last: X (N, D1..Dn, C), W (M, k1..kn, C/group), B (M)."""
+
+    domain = DOMAIN
+    op_type = "ConvNHWC"
 
     def fold_scale(self, node, inputs, output, scale, shift):
         """A per-output-channel ``y * scale + shift`` (channels on the last axis) into W and B."""
@@ -57,8 +69,7 @@ class ConvNHWC(Conv):
 
     def tactics(self, node, inputs, outputs, epilogue=None):
         """:func:`.wgmma_nhwc.nhwc_tactics`; each applies ``epilogue`` at its final store."""
-        geo = self._kernel_geometry(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]),
-                                    [channels_first(outputs[0])])
+        geo = self._kernel_geometry(node, inputs, outputs)
         return nhwc_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)), len(node.inputs) > 2
                             and node.inputs[2] != "")
 

@@ -38,6 +38,10 @@ from .nhwc_ops import DOMAIN
 
 NAME = "fuse_qdq"
 INTS = (np.dtype(np.int8), np.dtype(np.uint8))
+#: The float dtypes a quantized layer may compute in.
+FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+#: The attributes a convolution's integer form keeps.
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 #: Cast's ``to`` for the float dtypes an integer anchor's result is rescaled into.
 CAST_TO = {np.dtype(np.float32): 1, np.dtype(np.float16): 10}
 #: Ops (domain, op type) through which a per-tensor DQ moves (they only move or select values).
@@ -187,8 +191,7 @@ def _conv(graph, registry, node, producers) -> bool:
     inputs = [x.x, w.x, x_zero, w_zero]
     while inputs and inputs[-1] == "":
         inputs.pop()
-    attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads",
-                                                          "strides")}
+    attrs = {k: v for k, v in node.attrs.items() if k in CONV_ATTRS}
     if channels_last:
         integer = make_node(graph, registry, "ConvIntegerNHWC", inputs, [accumulator], attrs, opset=1, domain=DOMAIN,
                             name=node.name, origin=node.origin or (node.name,))

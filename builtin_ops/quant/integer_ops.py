@@ -89,6 +89,9 @@ class ConvInteger(Conv):
     def fold_scale(self, node, inputs, output, scale, shift):
         return None  # a float scale does not fold into integer weights
 
+    #: The tactics at a node's geometry (ConvIntegerNHWC has its own).
+    integer_tactics = staticmethod(conv_integer_tactics)
+
     def tactics(self, node, inputs, outputs, epilogue=None):
         """The implicit GEMM (1-D/2-D) and direct tactics (:func:`.tactics.conv_integer_tactics`);
         the epilogue receives the int32 accumulator."""
@@ -97,7 +100,7 @@ class ConvInteger(Conv):
             raise self.unsupported(node, f"{geo.rank} spatial dims on the GPU", f"the CUDA kernels take up to {MAX_RANK}")
         x_zp, w_zp = optional(inputs, 2), optional(inputs, 3)
         per_channel = w_zp is not None and _size(w_zp.shape) not in (1, None)
-        return conv_integer_tactics(geo, inputs[0].dtype, inputs[1].dtype, (not known_zero(x_zp), not known_zero(w_zp)),
+        return self.integer_tactics(geo, inputs[0].dtype, inputs[1].dtype, (not known_zero(x_zp), not known_zero(w_zp)),
                                     per_channel, epilogue or no_epilogue(len(node.inputs)))
 
     def examples(self):

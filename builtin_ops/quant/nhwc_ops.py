@@ -15,50 +15,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.kernels import no_epilogue
-from plugrt.plugin import Example, TensorInfo, dims, optional
-from plugrt_builtin_ops.common.layout import channels_first, channels_last
+from plugrt.plugin import Example, TensorInfo
+from plugrt_builtin_ops.conv.nhwc_ops import ChannelsLast
 
-from .integer_ops import ConvInteger, known_zero
-from .nhwc_integer import MAX_RANK, nhwc_integer_tactics
+from .integer_ops import ConvInteger
+from .nhwc_integer import nhwc_integer_tactics
 
 DOMAIN = "plugrt.quant"
 
 
-def _size(shape) -> int | None:
-    """Elements of a static shape, ``None`` for a symbolic one."""
-    size = dims.prod(shape)
-    return size if isinstance(size, int) else None
-
-
-class ConvIntegerNHWC(ConvInteger):
+class ConvIntegerNHWC(ChannelsLast, ConvInteger):
     """``y = conv(x - x_zero_point, w - w_zero_point)`` in int32 with the channel axis
     last: x (N, D1..Dn, C), w (M, k1..kn, C/group), y (N, O1..On, M)."""
 
     domain = DOMAIN
     op_type = "ConvIntegerNHWC"
     since_opset = 1
-
-    def check(self, node, inputs):
-        super().check(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]))
-
-    def infer(self, node, inputs):
-        return [channels_last(super().infer(node, [channels_first(i) for i in inputs[:2]] + list(inputs[2:]))[0])]
-
-    def reference(self, node, inputs):
-        x, w = (np.moveaxis(np.asarray(a), -1, 1) for a in inputs[:2])
-        y = super().reference(node, [x, w, *inputs[2:]])[0]
-        return [np.ascontiguousarray(np.moveaxis(y, 1, -1))]
-
-    def tactics(self, node, inputs, outputs, epilogue=None):
-        """:func:`.nhwc_integer.nhwc_integer_tactics`; the epilogue receives the int32 accumulator."""
-        geo = self._kernel_geometry(node, [channels_first(i) for i in inputs[:2]], [channels_first(outputs[0])])
-        if geo.rank > MAX_RANK:
-            raise self.unsupported(node, f"{geo.rank} spatial dims on the GPU", f"the CUDA kernels take up to {MAX_RANK}")
-        x_zp, w_zp = optional(inputs, 2), optional(inputs, 3)
-        per_channel = w_zp is not None and _size(w_zp.shape) not in (1, None)
-        return nhwc_integer_tactics(geo, inputs[0].dtype, inputs[1].dtype, (not known_zero(x_zp), not known_zero(w_zp)),
-                                    per_channel, epilogue or no_epilogue(len(node.inputs)))
+    #: :func:`.nhwc_integer.nhwc_integer_tactics`; the epilogue receives the int32 accumulator.
+    integer_tactics = staticmethod(nhwc_integer_tactics)
 
     def examples(self):
         u8, i8 = np.uint8, np.int8

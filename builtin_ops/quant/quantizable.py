@@ -28,11 +28,10 @@ import numpy as np
 from plugrt.passes.pattern import add_constant, constant_value, finish, fresh_name, insert_nodes, make_node
 from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
 
-from .fuse_qdq import moves_values, op_key
+from .fuse_qdq import FLOATS, moves_values, op_key
 from .timed import slower_in_int8
 
 NAME = "place_qdq"
-FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 #: Symmetric int8: weights use [-127, 127] (TensorRT's), activations clamp to [-128, 127].
 LEVELS = 127.0
 

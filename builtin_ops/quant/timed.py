@@ -23,6 +23,7 @@ import numpy as np
 from plugrt.passes.pattern import fresh_name, make_node
 from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
 
+from .fuse_qdq import CONV_ATTRS, FLOATS
 from .nhwc_ops import DOMAIN as QUANT_DOMAIN
 
 log = logging.getLogger("plugrt.builder")
@@ -30,9 +31,6 @@ log = logging.getLogger("plugrt.builder")
 #: (domain, op type) of a float layer -> (domain, op type, opset) of its integer form.
 INTEGER_FORMS = {("", "Conv"): ("", "ConvInteger", 10), (CONV_DOMAIN, "ConvNHWC"): (QUANT_DOMAIN, "ConvIntegerNHWC", 1),
                  ("", "MatMul"): ("", "MatMulInteger", 10)}
-#: The attributes a convolution's integer form keeps.
-CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def slower_in_int8(graph, registry, node, request) -> str | None:
