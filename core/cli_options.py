@@ -40,7 +40,8 @@ def add_build_options(parser) -> None:
                            help="let each layer run in FP16 where its plugin can and it is faster (FP32 otherwise); "
                                 "engine inputs and outputs keep the model's dtypes")
     precision.add_argument("--layer-precision", action="append", default=[], metavar="NAME:PRECISION",
-                           help="run ONNX node NAME (the layer holding it) in fp32 or fp16 (repeatable; "
+                           help="run ONNX node NAME (the layer holding it) in fp32, fp16 or, with --int8, int8 "
+                                "(taken wherever calibration allows, not timed against float; repeatable; "
                                 "comma-separated lists work too)")
     precision.add_argument("--precision-constraints", choices=("prefer", "obey", "none"), default=None,
                            help="how --layer-precision binds: prefer (default: followed where the layer's plugin "
@@ -167,9 +168,9 @@ def parse_layer_precisions(items: list[str]) -> dict[str, str]:
     for item in items:
         for part in filter(None, (p.strip() for p in item.split(","))):
             name, sep, precision = part.rpartition(":")
-            if not sep or not name or precision not in ("fp32", "fp16"):
-                raise PlugrtError(f"--layer-precision {part!r}: give NAME:fp32 or NAME:fp16 (an ONNX node name, "
-                                  "as `plugrt inspect --json` lists them under onnx_nodes)")
+            if not sep or not name or precision not in ("fp32", "fp16", "int8"):
+                raise PlugrtError(f"--layer-precision {part!r}: give NAME:fp32, NAME:fp16 or NAME:int8 (an ONNX "
+                                  "node name, as `plugrt inspect --json` lists them under onnx_nodes)")
             if found.get(name, precision) != precision:
                 raise PlugrtError(f"--layer-precision: node {name!r} is given both {found[name]} and {precision}")
             found[name] = precision

@@ -34,6 +34,11 @@ def _batches(seed: int, shape, count: int = 3, name: str = "x") -> list[dict]:
     return [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(count)]
 
 
+#: conv_net's quantizable layers pinned to INT8: tests of the graph's shape do not hang on a
+#: GPU's timing of tiny layers (where INT8 and float are a hair apart either way).
+PINNED = {name: "int8" for name in ("conv1", "conv2", "conv3", "fc")}
+
+
 def _build(model, **options):
     config = BuilderConfig(int8=True, progress=False, **options)
     return Builder().build_engine(model, config)
@@ -55,7 +60,7 @@ def _layer_ops(engine) -> list[str]:
 
 def test_calibrated_convnet_runs_int8_layers_without_quantize_kernels_between_them():
     model = conv_net(3)
-    engine = _build(model, calibration_data=_batches(0, (1, 3, 6, 6), 4))
+    engine = _build(model, calibration_data=_batches(0, (1, 3, 6, 6), 4), layer_precisions=PINNED)
     decisions = engine.precision["decisions"]
     assert {name for name, d in decisions.items() if d == "int8"} >= {"conv1", "conv2", "conv3", "fc"}
     ops = _layer_ops(engine)
@@ -89,22 +94,25 @@ def test_transformer_matmuls_run_int8():
 
 @pytest.mark.parametrize("algorithm", ["entropy", "minmax", "percentile", "mse"])
 def test_every_algorithm_builds(algorithm):
-    engine = _build(conv_net(4), calibration_data=_batches(2, (1, 3, 6, 6), 2), calibration_algorithm=algorithm)
+    engine = _build(conv_net(4), calibration_data=_batches(2, (1, 3, 6, 6), 2), calibration_algorithm=algorithm,
+                    layer_precisions=PINNED)
     assert engine.precision["int8"]["algorithm"] == algorithm and engine.precision["int8"]["layers"] >= 4
 
 
 def test_cache_is_reused_to_the_same_plan_and_refused_for_another_model(tmp_path):
     cache = tmp_path / "calibration.cache"
-    first = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache))
+    first = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache),
+                   layer_precisions=PINNED)
     text = cache.read_text().splitlines()
     assert text[0].startswith("plugrt-1-EntropyCalibration2 model=") and len(text) > 4
     # Calibration skipped (the data only serves the accuracy check): the same plan, byte for byte.
-    again = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache))
+    again = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache),
+                   layer_precisions=PINNED)
     a, b = tmp_path / "a.plan", tmp_path / "b.plan"
     first.save(str(a))
     again.save(str(b))
     assert a.read_bytes() == b.read_bytes()
-    alone = _build(conv_net(6), calibration_cache=str(cache))  # no data at all: the cache has the ranges
+    alone = _build(conv_net(6), calibration_cache=str(cache), layer_precisions=PINNED)  # no data at all: the cache has the ranges
     assert alone.inspect()["layers"] == first.inspect()["layers"]
     assert alone.precision["decisions"] == first.precision["decisions"] and alone.precision["accuracy"] is None
     changed = conv_net(6)
@@ -131,6 +139,9 @@ def test_a_layer_without_a_range_falls_back_and_says_why():
     reasons = {f["layer"]: f["reason"] for f in engine.precision["fallbacks"]}
     assert "conv2" in reasons and "no calibrated range" in reasons["conv2"]
     assert engine.precision["decisions"].get("conv2") != "int8"
+    with pytest.raises(PlugrtError, match="'conv2'.*constrained to int8 .*obey.*no calibrated range"):
+        _build(model, calibration_data=_batches(4, (1, 3, 6, 6), 2), layer_precisions={"conv2": "int8"},
+               precision_constraints="obey")
 
 
 def test_layer_precision_keeps_a_layer_in_float():
@@ -158,6 +169,8 @@ def test_int8_errors_name_the_fix(tmp_path):
         _build(model)
     with pytest.raises(PlugrtError, match="without --int8"):
         Builder().build_engine(model, BuilderConfig(calibration_data=_batches(0, (1, 3, 6, 6), 1)))
+    with pytest.raises(PlugrtError, match="layer precision conv2:int8 in a build without --int8"):
+        Builder().build_engine(model, BuilderConfig(layer_precisions={"conv2": "int8"}))
     with pytest.raises(PlugrtError, match="'x'"):
         _build(model, calibration_data=[{"input": np.ones((1, 3, 6, 6), np.float32)}])
     with pytest.raises(PlugrtError, match="algorithm"):
@@ -209,7 +222,7 @@ def test_quantize_passes_log_nothing_for_a_float_build(caplog):
 def test_int8_plan_loads_and_runs_the_same(tmp_path):
     from plugrt.engine import Engine
 
-    engine = _build(conv_net(15), calibration_data=_batches(14, (1, 3, 6, 6), 2))
+    engine = _build(conv_net(15), calibration_data=_batches(14, (1, 3, 6, 6), 2), layer_precisions=PINNED)
     path = tmp_path / "int8.plan"
     engine.save(str(path))
     loaded = Engine.load(str(path))
@@ -249,7 +262,8 @@ def test_int8_convolutions_go_channels_last_as_a_float_build_does():
     graph = helper.make_graph(nodes, "four", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
                               [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, 8, 4, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    engine = _build(model, calibration_data=_batches(20, (1, 8, 4, 4), 3))
+    engine = _build(model, calibration_data=_batches(20, (1, 8, 4, 4), 3),
+                    layer_precisions={f"conv{index}": "int8" for index in range(4)})
     ops = _layer_ops(engine)
     assert sum(op.startswith("ConvIntegerNHWC+") for op in ops) == 4, ops
     assert not any(op.startswith("ConvInteger+") for op in ops), ops
@@ -281,6 +295,20 @@ def test_a_timed_build_keeps_in_float_the_layers_int8_makes_slower(caplog):
     got = _run(engine, feeds)["y"]
     assert relative_error(got, ReferenceExecutor(engine.graph, default_registry()).run(feeds)["y"]) < KERNEL_TOLERANCE
     assert relative_error(got, _onnxruntime(model, feeds)["y"]) < INT8_TOLERANCE  # (only the head is INT8)
+
+
+def test_a_layer_constrained_to_int8_is_not_timed():
+    """``layer_precisions`` NAME:int8 takes INT8 where calibration allows it, whatever the
+    timer says (TensorRT's layer precision under its constraints)."""
+    def measure(run):
+        return 5.0 if "Integer" in run.node.op_type else 1.0
+
+    config = BuilderConfig(int8=True, progress=False, calibration_data=_batches(15, (1, 3, 6, 6), 2),
+                           accuracy_check=False, optimization_level=1, layer_precisions={"conv2": "int8"})
+    engine = Builder(measure=measure).build_engine(conv_net(14), config)
+    slower = {f["layer"] for f in engine.precision["fallbacks"] if "INT8 measured slower" in f["reason"]}
+    assert slower == {"conv1", "conv3"} and engine.precision["decisions"].get("conv2") == "int8", engine.precision
+    assert sum("ConvInteger" in op for op in _layer_ops(engine)) == 1
 
 
 @pytest.mark.parametrize("times, expected", [((0.5, 1.0, 2.0), None), ((0.9, 1.0, 0.8), "FP16"),

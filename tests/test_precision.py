@@ -275,7 +275,7 @@ def test_constraints_apply_without_fp16_and_none_ignores_them(caplog):
 
 @pytest.mark.parametrize("config, message", [
     ({"layer_precisions": {"conv9": "fp32"}}, "no node named 'conv9'; did you mean 'conv"),
-    ({"layer_precisions": {"conv1": "int8"}}, "the precisions are fp32, fp16"),
+    ({"layer_precisions": {"conv1": "int4"}}, "the precisions are fp32, fp16, int8"),
     ({"fp16": True, "strongly_typed": True}, "--fp16 with --strongly-typed"),
     ({"fp16_io": True, "strongly_typed": True}, "--fp16-io with --strongly-typed"),
     ({"layer_precisions": {"conv1": "fp32"}, "strongly_typed": True}, "--layer-precision with --strongly-typed"),
@@ -400,8 +400,8 @@ def test_build_fp16_prints_precisions_and_accuracy(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layer-precision", "conv2"], "give NAME:fp32 or NAME:fp16"),
-    (["--layer-precision", "conv2:fp8"], "give NAME:fp32 or NAME:fp16"),
+    (["--layer-precision", "conv2"], "give NAME:fp32, NAME:fp16 or NAME:int8"),
+    (["--layer-precision", "conv2:fp8"], "give NAME:fp32, NAME:fp16 or NAME:int8"),
     (["--layer-precision", "conv2:fp32,conv2:fp16"], "is given both fp32 and fp16"),
     (["--fp16", "--strongly-typed"], "--fp16 with --strongly-typed"),
 ])

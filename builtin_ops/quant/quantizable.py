@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plugrt import PlugrtError
 from plugrt.passes.pattern import add_constant, constant_value, finish, fresh_name, insert_nodes, make_node
 from plugrt_builtin_ops.conv.nhwc_ops import DOMAIN as CONV_DOMAIN
 
@@ -49,10 +50,12 @@ def run(graph, registry) -> int:
             request.fall_back(node.name, "kept in float by the build's precision constraints")
             continue
         spec = specify(graph, node)
-        if isinstance(spec, str):
-            request.fall_back(node.name, spec)
-            continue
-        reason = _unquantizable(graph, node, spec, request.ranges) or slower_in_int8(graph, registry, node, request)
+        required = bool({node.name, *node.origin} & request.required)  # the user's: not timed
+        reason = spec if isinstance(spec, str) else _unquantizable(graph, node, spec, request.ranges) or (
+            None if required else slower_in_int8(graph, registry, node, request))
+        if reason and required and request.obey:
+            raise PlugrtError(f"{node.describe()}: constrained to int8 (--precision-constraints obey), but {reason}; "
+                              "drop the constraint or use --precision-constraints prefer")
         if reason:
             request.fall_back(node.name, reason)
             continue

@@ -13,7 +13,8 @@ Float64 never changes; integer and bool tensors are untouched.
 
 Choosing. Allowed precisions are FP32, and FP16 with ``BuilderConfig.fp16``; a node the
 user constrained (``layer_precisions``, by ONNX node name) gets its precision first
-(``prefer``: else the others, with a warning; ``obey``: else the build fails). A precision
+(``prefer``: else the others, with a warning; ``obey``: else the build fails; ``int8`` is
+the quantize stage's, :attr:`Int8Request.required <plugrt.ir.graph.Int8Request.required>`). A precision
 is possible where the node's plugin offers a tactic for it. When the tuner times tactics
 (a GPU, level >= 1), each possible precision's fastest tactic is timed and the faster
 precision wins; without timing (the simulator, level 0) FP16 is preferred wherever it is
@@ -47,6 +48,8 @@ from plugrt.tuning.variants import retyped
 log = logging.getLogger("plugrt.builder")
 
 CONSTRAINTS = ("prefer", "obey", "none")
+#: A layer precision the quantize stage applies (an INT8 build's ``Int8Request.required``).
+INT8 = "int8"
 #: The largest finite float16.
 FP16_MAX = float(np.finfo(np.float16).max)
 
@@ -90,8 +93,11 @@ def check_config(config) -> None:
         raise PlugrtError(f"precision constraints {config.precision_constraints!r}: use one of "
                           f"{', '.join(CONSTRAINTS)}")
     for name, precision in config.layer_precisions.items():
-        if precision not in DTYPES:
-            raise PlugrtError(f"layer precision {name}:{precision}: the precisions are {', '.join(DTYPES)}")
+        if precision not in DTYPES and precision != INT8:
+            raise PlugrtError(f"layer precision {name}:{precision}: the precisions are {', '.join([*DTYPES, INT8])}")
+        if precision == INT8 and not config.int8:
+            raise PlugrtError(f"layer precision {name}:int8 in a build without --int8: add --int8 (and calibration "
+                              "data or a cache), or constrain the layer to fp16 or fp32")
     if config.strongly_typed and (config.fp16 or config.layer_precisions or config.fp16_io):
         given = "--fp16" if config.fp16 else "--layer-precision" if config.layer_precisions else "--fp16-io"
         raise PlugrtError(f"{given} with --strongly-typed: a strongly typed build runs every layer in the dtype "
@@ -214,7 +220,8 @@ def _constraints(graph: Graph, config, model_nodes: set[str]) -> dict[int, str]:
     found = {}
     for name, precision in config.layer_precisions.items():
         if name in where:
-            found[where[name]] = precision
+            if precision != INT8:  # (INT8 is the quantize stage's: Int8Request.required)
+                found[where[name]] = precision
         elif name in model_nodes:
             log.warning("layer precision %s:%s: node %r was folded away or computed on the host at build time; "
                         "the constraint has nothing to apply to", name, precision, name)

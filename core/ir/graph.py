@@ -82,6 +82,11 @@ class Int8Request:
     #: with input ``i`` read as ``dtypes[i]``, at the profile's opt shapes; ``None`` (the
     #: simulator, level 0) leaves INT8 preferred wherever calibration allows it.
     timer: Callable | None = None
+    #: ONNX node names the user constrained to INT8 (``layer_precisions``): INT8 wherever
+    #: calibration allows it, not timed against float; with ``obey``, a reason to stay in
+    #: float is an error rather than a fallback.
+    required: set[str] = field(default_factory=set)
+    obey: bool = False
 
     def fall_back(self, layer: str, reason: str) -> None:
         if not any(f["layer"] == layer for f in self.fallbacks):

@@ -89,6 +89,8 @@ def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None) ->
         graph.int8 = None
         return 0
     excluded = {name for name, precision in config.layer_precisions.items() if precision != "int8"}
+    required = ({name for name, precision in config.layer_precisions.items() if precision == "int8"}
+                if config.precision_constraints != "none" else set())
     digest = graph_hash(graph)
     ranges, kept = _cached(config, digest), []
     if ranges is None:
@@ -101,7 +103,8 @@ def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None) ->
                                           percentile=config.calibration_percentile)
             log.info("calibration cache %s written: %d tensor ranges", config.calibration_cache, len(ranges))
     graph.int8 = Int8Request(ranges=dict(ranges), excluded=set(excluded), fp16=bool(config.fp16),
-                             timer=layer_timer(graph, registry, tuner, profile))
+                             timer=layer_timer(graph, registry, tuner, profile), required=required,
+                             obey=config.precision_constraints == "obey")
     if config.accuracy_budget is not None or config.accuracy_metric is not None:
         from plugrt.quantization.budget import BATCHES, fit_budget
 
