@@ -37,6 +37,7 @@ def _batches(seed: int, shape, count: int = 3, name: str = "x") -> list[dict]:
 #: conv_net's quantizable layers pinned to INT8: tests of the graph's shape do not hang on a
 #: GPU's timing of tiny layers (where INT8 and float are a hair apart either way).
 PINNED = {name: "int8" for name in ("conv1", "conv2", "conv3", "fc")}
+ATTENTION_PINNED = {name: "int8" for name in ("q", "k", "v")}  # (encoder_layer's projections)
 
 
 def _build(model, **options):
@@ -83,7 +84,7 @@ def test_calibrated_convnet_runs_int8_layers_without_quantize_kernels_between_th
 
 def test_transformer_matmuls_run_int8():
     model = encoder_layer(5)
-    engine = _build(model, calibration_data=_batches(1, (1, 4, 8), 3))
+    engine = _build(model, calibration_data=_batches(1, (1, 4, 8), 3), layer_precisions=ATTENTION_PINNED)
     int8 = {name for name, d in engine.precision["decisions"].items() if d == "int8"}
     assert {"q", "k", "v"} <= int8, engine.precision["decisions"]
     feeds = _batches(12, (1, 4, 8), 1)[0]
@@ -101,18 +102,18 @@ def test_every_algorithm_builds(algorithm):
 
 def test_cache_is_reused_to_the_same_plan_and_refused_for_another_model(tmp_path):
     cache = tmp_path / "calibration.cache"
-    first = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache),
-                   layer_precisions=PINNED)
+    # (One timing cache too: on a GPU, the second build's tactics are the first's, not a new timing's.)
+    options = dict(calibration_cache=str(cache), layer_precisions=PINNED, timing_cache=str(tmp_path / "timing.cache"))
+    first = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), **options)
     text = cache.read_text().splitlines()
     assert text[0].startswith("plugrt-1-EntropyCalibration2 model=") and len(text) > 4
     # Calibration skipped (the data only serves the accuracy check): the same plan, byte for byte.
-    again = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), calibration_cache=str(cache),
-                   layer_precisions=PINNED)
+    again = _build(conv_net(6), calibration_data=_batches(3, (1, 3, 6, 6), 3), **options)
     a, b = tmp_path / "a.plan", tmp_path / "b.plan"
     first.save(str(a))
     again.save(str(b))
     assert a.read_bytes() == b.read_bytes()
-    alone = _build(conv_net(6), calibration_cache=str(cache), layer_precisions=PINNED)  # no data at all: the cache has the ranges
+    alone = _build(conv_net(6), **options)  # no data at all: the cache has the ranges
     assert alone.inspect()["layers"] == first.inspect()["layers"]
     assert alone.precision["decisions"] == first.precision["decisions"] and alone.precision["accuracy"] is None
     changed = conv_net(6)
@@ -234,7 +235,8 @@ def test_int8_plan_loads_and_runs_the_same(tmp_path):
 
 def test_int8_with_fp16_runs_the_float_layers_in_fp16():
     model = encoder_layer(16)
-    config = BuilderConfig(int8=True, fp16=True, progress=False, calibration_data=_batches(17, (1, 4, 8), 8))
+    config = BuilderConfig(int8=True, fp16=True, progress=False, calibration_data=_batches(17, (1, 4, 8), 8),
+                           layer_precisions=ATTENTION_PINNED)
     engine = Builder().build_engine(model, config)
     precisions = {layer["precision"] for layer in engine.inspect()["layers"]}
     assert "int8" in precisions and "fp16" in precisions, precisions
