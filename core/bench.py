@@ -45,11 +45,12 @@ def default_settings() -> tuple[int, int, float]:
     return SIMULATOR_DEFAULTS if simulated() else GPU_DEFAULTS
 
 
-def resolve_shapes(engine, shapes: Mapping[str, tuple] | None = None, option: str = "shapes") -> dict[str, tuple]:
-    """Every input's shape: the given one, checked against the profile, else the opt shape.
-    Messages name ``option`` (the CLI's ``--shapes``)."""
+def resolve_shapes(engine, shapes: Mapping[str, tuple] | None = None, option: str = "shapes",
+                   profile: int = 0) -> dict[str, tuple]:
+    """Every input's shape: the given one, checked against optimization profile
+    ``profile``, else its opt shape. Messages name ``option`` (the CLI's ``--shapes``)."""
     shapes = dict(shapes or {})
-    profile = engine.profile
+    index, profile = profile, _profile(engine, profile)
     unknown = [name for name in shapes if name not in engine.input_names]
     if unknown:
         raise PlugrtError(f"{option}: {', '.join(map(repr, unknown))} is not an input of the engine; the inputs "
@@ -60,17 +61,26 @@ def resolve_shapes(engine, shapes: Mapping[str, tuple] | None = None, option: st
         shape = tuple(int(d) for d in shapes.get(name, opt))
         if len(shape) != len(low) or not all(a <= d <= c for a, d, c in zip(low, shape, high)):
             label = "x".join(map(str, shape))
-            raise PlugrtError(f"{option} {name}:{label}: outside the engine's profile for input {name!r} (min "
-                              f"{list(low)}, max {list(high)}); give a shape within it, or build with a wider "
-                              "profile (--min-shapes/--max-shapes)")
+            where = f"profile {index}" if len(engine.profiles) > 1 else "profile"
+            raise PlugrtError(f"{option} {name}:{label}: outside the engine's {where} for input {name!r} (min "
+                              f"{list(low)}, max {list(high)}); give a shape within it, select another profile "
+                              "(--profile), or build with a wider profile (--min-shapes/--max-shapes)")
         resolved[name] = shape
     return resolved
 
 
-def random_feeds(engine, shapes: Mapping[str, tuple] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs (never zeros) at ``shapes`` (default: the profile's opt shapes); a
-    shape-tensor input gets the values the engine was built for."""
-    return graph_feeds(engine.graph, engine.profile, shapes, seed)
+def random_feeds(engine, shapes: Mapping[str, tuple] | None = None, seed: int = 0,
+                 profile: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs (never zeros) at ``shapes`` (default: optimization profile
+    ``profile``'s opt shapes); a shape-tensor input gets the values the engine was built for."""
+    return graph_feeds(engine.graph, _profile(engine, profile), shapes, seed)
+
+
+def _profile(engine, index: int):
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(engine.profiles):
+        raise PlugrtError(f"--profile {index}: the engine has {len(engine.profiles)} optimization profile(s), "
+                          f"0 to {len(engine.profiles) - 1}")
+    return engine.profiles[index]
 
 
 def graph_feeds(graph, profile, shapes: Mapping[str, tuple] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -154,7 +164,7 @@ class BenchResult:
 def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: int | None = None,
                   iterations: int | None = None, duration: float | None = None, streams: int = 1,
                   use_cuda_graph: bool = True, data_transfers: bool = True, seed: int = 0,
-                  progress: Callable[[str], None] | None = None) -> BenchResult:
+                  progress: Callable[[str], None] | None = None, profile: int = 0) -> BenchResult:
     """Measure ``engine`` at ``shapes`` (default: the opt shapes) as the module doc says;
     ``None`` settings take :func:`default_settings`. ``progress`` is called now and then
     with one line of text, from the calling thread."""
@@ -163,12 +173,13 @@ def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: 
     iterations = defaults[1] if iterations is None else iterations
     duration = defaults[2] if duration is None else duration
     _check_settings(warmup, iterations, duration, streams)
-    shapes = resolve_shapes(engine, shapes)
-    feeds = random_feeds(engine, shapes, seed)
+    shapes = resolve_shapes(engine, shapes, profile=profile)
+    feeds = random_feeds(engine, shapes, seed, profile)
     first = shapes[engine.input_names[0]] if engine.input_names else ()
     batch = int(first[0]) if first else 1
     with ExitStack() as stack:
-        runners = [_StreamRunner(stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph)),
+        runners = [_StreamRunner(stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph,
+                                                                                     profile=profile)),
                                  feeds, data_transfers) for _ in range(streams)]
         walltime = _run_threads(runners, warmup, iterations, duration, progress or (lambda text: None))
     result = BenchResult(shapes, batch, streams, warmup, iterations, float(duration), use_cuda_graph, data_transfers,

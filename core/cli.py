@@ -110,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("plan", help="a .plan file")
     run.add_argument("--inputs", help="an .npz file of inputs (default: random inputs at the opt shapes)")
     run.add_argument("--save", help="write the outputs to this .npz file")
+    run.add_argument("--profile", type=int, default=0, metavar="N",
+                     help="the optimization profile to run (an engine built with several; default 0)")
     run.add_argument("--compare-onnxruntime", metavar="MODEL", help="compare with onnxruntime on this model")
     run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --compare-onnxruntime")
     run.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -277,8 +279,8 @@ def cmd_run(args) -> int:
     announce_once()
     engine = Engine.load(args.plan)
     session = onnxruntime_session(args.compare_onnxruntime, engine) if args.compare_onnxruntime else None
-    feeds = _load_npz(args.inputs) if args.inputs else random_feeds(engine)
-    outputs = engine.create_execution_context().execute(feeds)
+    feeds = _load_npz(args.inputs) if args.inputs else random_feeds(engine, profile=args.profile)
+    outputs = engine.create_execution_context(profile=args.profile).execute(feeds)
     for name, value in outputs.items():
         print(f"{name}: {value.dtype}{list(value.shape)}")
     if args.save:

@@ -34,6 +34,8 @@ def add_bench_command(commands) -> None:
     bench.add_argument("--shapes", default="", metavar="NAME:DxDx..,...",
                        help="the input shapes to run, e.g. input:8x3x224x224 (default: the profile's opt shapes); "
                             "for a model, also the build's opt shapes of the inputs --opt-shapes does not name")
+    bench.add_argument("--profile", type=int, default=0, metavar="N",
+                       help="the optimization profile to run (an engine built with several; default 0)")
     bench.add_argument("--warmup", metavar="N", help="untimed queries per stream before timing: a count of "
                                                      "queries, not trtexec's milliseconds (default 10; 1 simulated)")
     bench.add_argument("--iterations", metavar="N", help="at least N timed queries per stream (default 10; 3 simulated)")
@@ -70,11 +72,12 @@ def cmd_bench(args) -> int:
     shapes = parse_shapes(args.shapes, "--shapes")
     announce_once()
     engine = _engine(args, is_plan, shapes)
-    shapes = resolve_shapes(engine, shapes, "--shapes")
+    shapes = resolve_shapes(engine, shapes, "--shapes", args.profile)
     progress = Progress(sys.stderr, not args.no_progress)
     try:
         result = run_benchmark(engine, shapes, use_cuda_graph=not args.no_cuda_graph,
-                               data_transfers=not args.no_data_transfers, progress=progress.show, **settings)
+                               data_transfers=not args.no_data_transfers, progress=progress.show,
+                               profile=args.profile, **settings)
     finally:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
@@ -83,7 +86,8 @@ def cmd_bench(args) -> int:
         from plugrt.bench import random_feeds
         from plugrt.layer_profile import print_profile, profile_json, profile_layers
 
-        report["profile"] = profile_json(profile_layers(engine, random_feeds(engine, shapes)))
+        report["profile"] = profile_json(profile_layers(engine, random_feeds(engine, shapes, 0, args.profile),
+                                                        profile=args.profile))
         print_profile(report["profile"], PROFILE_ROWS)
     if args.json is not None:
         write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())

@@ -15,11 +15,13 @@ FORCE_HELP = ("overwrite an existing output file that is not of the kind written
 
 
 def add_shape_options(parser) -> None:
-    """``--min-shapes``, ``--opt-shapes``, ``--max-shapes``: the optimization profile."""
+    """``--min-shapes``, ``--opt-shapes``, ``--max-shapes``: the optimization profiles (the
+    k-th of each flag makes profile k)."""
     for which in ("min", "opt", "max"):
-        parser.add_argument(f"--{which}-shapes", default="", metavar="NAME:DxDx..,...",
+        parser.add_argument(f"--{which}-shapes", action="append", default=[], metavar="NAME:DxDx..,...",
                             help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224 (a shape given "
-                                 "for one of min/opt/max stands for the others not given)")
+                                 "for one of min/opt/max stands for the others not given); repeat the flags for "
+                                 "several optimization profiles: the k-th --min/--opt/--max-shapes make profile k")
 
 
 def add_build_options(parser) -> None:
@@ -83,7 +85,7 @@ def add_build_options(parser) -> None:
 
 
 #: The build options that change what is built (``plugrt bench`` refuses them for a plan).
-BUILD_ONLY = (("min_shapes", "--min-shapes", ""), ("opt_shapes", "--opt-shapes", ""), ("max_shapes", "--max-shapes", ""),
+BUILD_ONLY = (("min_shapes", "--min-shapes", []), ("opt_shapes", "--opt-shapes", []), ("max_shapes", "--max-shapes", []),
               ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
@@ -126,15 +128,24 @@ def check_timing_cache(path: str, inputs: dict, force: bool) -> None:
 
 
 def add_profile(config, args, run_shapes: dict | None = None) -> None:
-    """The profile of ``--min/--opt/--max-shapes``, if any is given. ``run_shapes`` (bench's
-    ``--shapes``) stand for the opt shapes of the inputs ``--opt-shapes`` does not name."""
+    """The profiles of ``--min/--opt/--max-shapes``, if any is given: the k-th of each flag
+    makes profile k (a flag not given at all leaves its shapes to the others). ``run_shapes``
+    (bench's ``--shapes``) stand for the first profile's opt shapes of the inputs
+    ``--opt-shapes`` does not name."""
     from plugrt.engine import OptimizationProfile
 
-    low, opt, high = (parse_shapes(getattr(args, f"{which}_shapes"), f"--{which}-shapes")
-                      for which in ("min", "opt", "max"))
-    opt = {**(run_shapes or {}), **opt}
-    if low or opt or high:
-        config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
+    given = {which: list(getattr(args, f"{which}_shapes") or []) for which in ("min", "opt", "max")}
+    count = max(len(texts) for texts in given.values())
+    if any(len(texts) not in (0, count) for texts in given.values()):
+        counts = ", ".join(f"--{which}-shapes {len(texts)}" for which, texts in given.items())
+        raise PlugrtError(f"several optimization profiles take each of --min-shapes, --opt-shapes and --max-shapes "
+                          f"once per profile, or not at all; got {counts}")
+    for k in range(max(count, 1)):
+        low, opt, high = (parse_shapes(texts[k], f"--{which}-shapes") if texts else {}
+                          for which, texts in given.items())
+        opt = {**(run_shapes or {}), **opt} if k == 0 else opt
+        if low or opt or high:
+            config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
 
 
 def build_engine(args, model, run_shapes: dict | None = None):

@@ -55,14 +55,16 @@ class LayerTime:
                 "percent": 100.0 * self.median_ms / total_ms if total_ms > 0 else 0.0}
 
 
-def profile_layers(engine, feeds: Mapping[str, np.ndarray], runs: int = DEFAULT_RUNS) -> list[LayerTime]:
-    """Each device layer's time running ``engine`` on ``feeds``, in execution order."""
+def profile_layers(engine, feeds: Mapping[str, np.ndarray], runs: int = DEFAULT_RUNS,
+                   profile: int = 0) -> list[LayerTime]:
+    """Each device layer's time running ``engine`` on ``feeds`` (in optimization profile
+    ``profile``), in execution order."""
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
         from plugrt.errors import PlugrtError
 
         raise PlugrtError(f"profile runs must be a whole number >= 1, got {runs!r}")
     by_name = {engine.graph.nodes[layer.node_index].name: layer for layer in engine.layers}
-    with engine.create_execution_context(use_cuda_graph=False) as context:
+    with engine.create_execution_context(use_cuda_graph=False, profile=profile) as context:
         stream = context.stream
         spec = context.copy_inputs(feeds, stream)
         rows = []

@@ -260,7 +260,7 @@ def test_a_plan_that_copies_instead_still_loads(monkeypatch, rng):
     """A plan built before aliases (every layout layer a copy kernel) loads and runs."""
     from plugrt.engine import builder
 
-    monkeypatch.setattr(builder, "choose", lambda graph, registry, nodes: {})
+    monkeypatch.setattr(builder, "choose_all", lambda graphs, registry, nodes: {})
     old = Builder().build_engine(chain_model(), _config())
     assert all(layer.alias is None for layer in old.layers)
     monkeypatch.undo()

@@ -81,6 +81,15 @@ def choose(graph, registry, layer_nodes: Iterable[int]) -> dict[int, int]:
     return admit(graph, wanted, layer_nodes)[0]
 
 
+def choose_all(graphs, registry, layer_nodes: Iterable[int]) -> dict[int, int]:
+    """:func:`choose` over one graph per optimization profile (each at its max shapes): a
+    layer is an alias only where its plugin says so at every profile's shapes."""
+    layer_nodes = list(layer_nodes)
+    chosen = [choose(graph, registry, layer_nodes) for graph in graphs]
+    agreed = {index: source for index, source in chosen[0].items() if all(c.get(index) == source for c in chosen[1:])}
+    return admit(graphs[0], agreed, layer_nodes)[0]
+
+
 def storage(graph, aliases: Mapping[int, int], layer_nodes: Iterable[int]) -> dict[str, str]:
     """Each name that holds no bytes of its own -> the name whose buffer it is a view of
     (the alias layers' outputs; a root an engine output took over)."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
 from plugrt.engine.accuracy import check_accuracy, relative_error
-from plugrt.engine.aliases import ALIAS_TACTIC, choose, storage
-from plugrt.engine.memory import MAX_ARENA_BYTES, liveness, plan_memory, value_shapes
+from plugrt.engine.aliases import ALIAS_TACTIC, choose_all, storage
+from plugrt.engine.memory import MAX_ARENA_BYTES, largest_shapes, liveness_all, plan_memory, value_shapes
 from plugrt.engine.precision import assign_precisions
 from plugrt.engine.precision import check_config as check_precision_config
-from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profile
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profiles
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.quantization.int8 import check_config as check_int8_config
 from plugrt.quantization.int8 import prepare as prepare_int8
@@ -48,6 +48,13 @@ class Checked:
     precision: object = None
     #: The alias layers: node index -> the input whose bytes output 0 is.
     aliases: dict = field(default_factory=dict)
+    #: Every optimization profile (``profile`` is the first), and per profile after the
+    #: first its graphs at opt and max shapes and its layers' candidates (as ``found``).
+    profiles: list = field(default_factory=list)
+    others: list = field(default_factory=list)
+
+    def max_graphs(self) -> list[Graph]:
+        return [self.max_graph] + [other[1] for other in self.others]
 
 
 class Builder:
@@ -80,15 +87,16 @@ class Builder:
         cache = TimingCache.load(config.timing_cache) if config.timing_cache else TimingCache()
         tuner = Tuner(config, cache, measure=self.measure, registry=self.registry)
         checked = self._check(model, config, tuner, timed=True)
-        graph, profile, max_graph, opt_graph = checked.graph, checked.profile, checked.max_graph, checked.opt_graph
+        graph, profile, opt_graph = checked.graph, checked.profile, checked.opt_graph
         try:
-            layers = self._choose_layers(checked.found, tuner, checked.aliases)
+            layers = self._choose_layers(checked.found, tuner, checked.aliases,
+                                         [other[2] for other in checked.others])
         finally:
             tuner.finish()
             if config.timing_cache and tuner.recorded:
                 cache.save(config.timing_cache)
                 log.info("timing cache %s: %d new timings, %d in all", config.timing_cache, tuner.recorded, len(cache))
-        memory = _plan(max_graph, [layer.node_index for layer in layers], checked.aliases)
+        memory = _plan(checked.max_graphs(), [layer.node_index for layer in layers], checked.aliases)
         _check_memory(memory.arena_bytes, profile)
         workspace = max((layer.workspace_bytes for layer in layers), default=0)
         if workspace > config.max_workspace_bytes:
@@ -97,8 +105,8 @@ class Builder:
         log.info("built %d device layers (%d of them aliases), %d host nodes; arena %d bytes, workspace %d bytes",
                  len(layers), len(checked.aliases), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
-                        shapes={"opt": value_shapes(opt_graph), "max": value_shapes(max_graph)},
-                        passes=[result.as_json() for result in checked.passes])
+                        shapes={"opt": value_shapes(opt_graph), "max": largest_shapes(checked.max_graphs())},
+                        passes=[result.as_json() for result in checked.passes], profiles=checked.profiles)
         report, int8 = checked.precision, checked.graph.int8
         if report is not None and (report.decisions or config.strongly_typed or int8 is not None):
             if int8 is not None and report.reference is None and int8.reference is not None:
@@ -141,9 +149,10 @@ class Builder:
         check_precision_config(config)
         check_int8_config(config)
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
-        profile = resolve_profile(graph, config)
-        values = profile.shape_values
-        graph.sample_inputs = [({n: s[i] for n, s in profile.shapes.items()}, values) for i in range(3)]
+        profiles = resolve_profiles(graph, config)
+        profile = profiles[0]
+        graph.sample_inputs = [({n: s[i] for n, s in p.shapes.items()}, p.shape_values) for p in profiles
+                               for i in range(3)]
         imported = len(graph.nodes)
         if config.int8:  # the passes before calibration know an INT8 build is under way
             graph.int8 = Int8Request()
@@ -156,18 +165,28 @@ class Builder:
             return len(report[-1].decisions)
 
         def int8(g: Graph) -> int:
-            return prepare_int8(g, self.registry, config, profile, relative_error, tuner if timed else None)
+            return prepare_int8(g, self.registry, config, profile, relative_error, tuner if timed else None, profiles)
 
         passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
                           precision=precision, int8=int8)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
-        max_graph = concretize(graph, {n: s[2] for n, s in profile.shapes.items()}, self.registry, values)
-        opt_graph = concretize(graph, {n: s[1] for n, s in profile.shapes.items()}, self.registry, values)
+        at = [(concretize(graph, {n: s[1] for n, s in p.shapes.items()}, self.registry, p.shape_values),
+               concretize(graph, {n: s[2] for n, s in p.shapes.items()}, self.registry, p.shape_values))
+              for p in profiles]
+        opt_graph, max_graph = at[0]
         device = [index for index, node in enumerate(max_graph.nodes) if not is_host_node(max_graph, node)]
-        aliases = choose(max_graph, self.registry, device)
+        for index, (_, other) in enumerate(at[1:], 1):
+            here = [i for i, node in enumerate(other.nodes) if not is_host_node(other, node)]
+            if here != device:
+                raise PlugrtError(f"profile {index} computes other nodes on the host than profile 0 (nodes "
+                                  f"{sorted(set(here) ^ set(device))[:5]}): a shape-tensor input's values must be "
+                                  "the same in every profile")
+        aliases = choose_all([m for _, m in at], self.registry, device)
         found = self._candidates(max_graph, opt_graph, tuner, aliases)
-        _check_memory(_plan(max_graph, [entry[0] for entry in found], aliases).arena_bytes, profile)
-        return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None, aliases)
+        others = [(o, m, self._candidates(m, o, tuner, aliases, index)) for index, (o, m) in enumerate(at[1:], 1)]
+        _check_memory(_plan([m for _, m in at], [entry[0] for entry in found], aliases).arena_bytes, profile)
+        return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None, aliases,
+                       profiles, others)
 
     def _tactics(self, op, node, graph: Graph) -> list:
         """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""
@@ -175,9 +194,9 @@ class Builder:
         outs = [graph.info(name) for name in node.outputs if name]
         return self.registry.tactics(op, node, ins, outs)
 
-    def _candidates(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner, aliases: dict) -> list:
-        """Every device layer's candidates (all problems reported at once); an alias layer
-        has none."""
+    def _candidates(self, max_graph: Graph, opt_graph: Graph, tuner: Tuner, aliases: dict, profile: int = 0) -> list:
+        """Every device layer's candidates at one profile's shapes (all problems reported at
+        once); an alias layer has none."""
         found, problems = [], []
         for index, node in enumerate(max_graph.nodes):
             if is_host_node(max_graph, node):
@@ -211,15 +230,18 @@ class Builder:
                 continue
             found.append((index, node, op, pick, candidates, at_max))
         if problems:
+            where = f" at profile {profile}'s shapes" if profile else ""
             raise UnsupportedError("cannot build an engine; " + str(len(problems)) + " node(s) have no GPU "
-                                   "implementation:\n  " + "\n  ".join(problems))
+                                   f"implementation{where}:\n  " + "\n  ".join(problems))
         return found
 
-    def _choose_layers(self, found: list, tuner: Tuner, aliases: dict) -> list[LayerRecord]:
-        """The tuner's choice for each device layer, at opt shapes; alias layers run none."""
+    def _choose_layers(self, found: list, tuner: Tuner, aliases: dict, others: list = ()) -> list[LayerRecord]:
+        """The tuner's choice for each device layer, at opt shapes; alias layers run none.
+        ``others``: the candidates at each later profile's shapes, each chosen at its own
+        opt shapes (:attr:`LayerRecord.profile_tactics`)."""
         layers = []
-        timed, position = len(found) - len(aliases), 0
-        for index, node, op, pick, candidates, at_max in found:
+        timed, position = (len(found) - len(aliases)) * (1 + len(others)), 0
+        for k, (index, node, op, pick, candidates, at_max) in enumerate(found):
             owner = self.registry.owner(op)
             if index in aliases:
                 layers.append(LayerRecord(index, dict(ALIAS_TACTIC), 0, owner.name, owner.distribution, owner.version,
@@ -228,22 +250,37 @@ class Builder:
             position += 1
             choice = tuner.choose(node, pick, op, owner, candidates, (position, timed))
             chosen = choice.tactic
-            same = [t for t in at_max if (t.name, t.provider) == (chosen.name, chosen.provider)] or at_max
-            workspace = max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
+            workspace = _workspace(chosen, at_max)
+            profile_tactics = []
+            for entry in (other[k] for other in others):
+                position += 1
+                # (one provider for all the profiles: the plan names one per layer)
+                offered = [t for t in entry[4] if t.provider == chosen.provider] or entry[4]
+                more = tuner.choose(entry[1], entry[3], op, owner, offered, (position, timed)).tactic
+                profile_tactics.append(more.identity())
+                workspace = max(workspace, _workspace(more, entry[5]))
             layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
                                       owner.version, op.version, choice.time_ms, choice.runner_up,
-                                      dict(chosen.source) if chosen.source else None))
+                                      dict(chosen.source) if chosen.source else None,
+                                      profile_tactics=profile_tactics or None))
         return layers
+
+
+def _workspace(chosen, at_max: list) -> int:
+    """What ``chosen`` needs at max shapes (its namesake among ``at_max``)."""
+    same = [t for t in at_max if (t.name, t.provider) == (chosen.name, chosen.provider)] or at_max
+    return max(int(t.workspace_bytes) for t in same) if same else int(chosen.workspace_bytes)
 
 
 def _describe(graph: Graph, node) -> str:
     return ", ".join("none" if not n else f"{graph.info(n).dtype}{format_shape(graph.info(n).shape)}" for n in node.inputs)
 
 
-def _plan(graph: Graph, layers: list[int], aliases: dict):
-    """Arena offsets for graph inputs and the outputs of the device layers (node indices
-    of ``graph``, in order) that own their bytes, by liveness."""
-    sizes, lifetimes = liveness(graph, layers, storage(graph, aliases, layers))
+def _plan(graphs: list[Graph], layers: list[int], aliases: dict):
+    """Arena offsets for graph inputs and the outputs of the device layers (node indices,
+    in order) that own their bytes, by liveness, each at its largest over ``graphs`` (one
+    per profile, at its max shapes)."""
+    sizes, lifetimes = liveness_all(graphs, layers, storage(graphs[0], aliases, layers))
     return plan_memory(sizes, lifetimes)
 
 

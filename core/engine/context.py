@@ -26,6 +26,7 @@ import numpy as np
 from plugrt.bindings import check_inputs
 from plugrt.device import simulated
 from plugrt.engine.feeds import Conversions, as_bindable, as_device
+from plugrt.engine.profile import check_binding
 from plugrt.engine.specialization import Specialization
 from plugrt.engine.staging import HostStaging
 from plugrt.errors import BindingError, PlugrtError
@@ -42,10 +43,12 @@ MAX_SPECIALIZATIONS = 64
 class ExecutionContext:
     """Runs an engine on a stream; one request at a time (see the module doc)."""
 
-    def __init__(self, engine, stream=None, use_cuda_graph: bool = True, max_graphs: int = MAX_GRAPHS):
+    def __init__(self, engine, stream=None, use_cuda_graph: bool = True, max_graphs: int = MAX_GRAPHS,
+                 profile: int = 0):
         from numba import cuda
 
         self.engine = engine
+        self.profile_index = _profile_index(engine, profile)
         self.use_cuda_graph = bool(use_cuda_graph) and not simulated()
         self.max_graphs = max(int(max_graphs), 1)
         self._external: dict[int, object] = {}
@@ -65,8 +68,29 @@ class ExecutionContext:
         self._warned_graphs = False
         self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self.current: Specialization | None = None
-        opt = {name: entry[1] for name, entry in engine.profile.shapes.items()}
-        self.current = self._specialization(opt, engine.profile.shape_values)
+        self._at_opt()
+
+    # ------------------------------------------------------------------ optimization profiles
+
+    @property
+    def optimization_profile(self) -> int:
+        """The index of the optimization profile this context runs (its shapes and tactics)."""
+        return self.profile_index
+
+    def set_optimization_profile_async(self, index: int, stream=None) -> None:
+        """Run optimization profile ``index`` from the next request on (TensorRT's call of
+        this name): inputs must then lie in its range, and its layers run the tactics chosen
+        at its opt shapes. The switch itself enqueues nothing on ``stream``."""
+        index = _profile_index(self.engine, index)
+        with self._using():
+            if index != self.profile_index:
+                self.profile_index = index
+                self._checked = None
+                self._at_opt()
+
+    def _at_opt(self) -> None:
+        profile = self.engine.profiles[self.profile_index]
+        self._specialization({name: entry[1] for name, entry in profile.shapes.items()}, profile.shape_values)
 
     # ------------------------------------------------------------------ running
 
@@ -143,7 +167,7 @@ class ExecutionContext:
 
     def _copy_inputs(self, feeds: Mapping[str, object], stream, outputs: Mapping[str, object] = {}) -> Specialization:
         feeds = self._bind(feeds)
-        values = {name: _host(feeds[name]) for name in self.engine.profile.shape_values}
+        values = {name: _host(feeds[name]) for name in self.engine.profiles[self.profile_index].shape_values}
         spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
         self._order_after_last_run(stream)
         for name, view in spec.input_views.items():
@@ -312,12 +336,12 @@ class ExecutionContext:
         if signature != self._checked:
             check_inputs({name: graph.info(name) for name in graph.inputs}, bound)
             for name in graph.inputs:
-                self.engine.profile.check(name, tuple(int(d) for d in bound[name].shape))
+                check_binding(self.engine.profiles, self.profile_index, name, tuple(int(d) for d in bound[name].shape))
             self._checked = signature
         return bound
 
     def _specialization(self, shapes: Mapping[str, tuple], values: Mapping[str, object]) -> Specialization:
-        key = tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
+        key = (self.profile_index,) + tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
         if values:
             key += tuple((name, np.asarray(values[name]).tobytes()) for name in sorted(values))
         spec = self._specs.get(key)
@@ -374,6 +398,13 @@ class _Release:
     def __exit__(self, *exc):
         self._lock.release()
 
+
+
+def _profile_index(engine, index) -> int:
+    count = len(engine.profiles)
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
+        raise PlugrtError(f"optimization profile {index!r}: the engine has {count} profile(s), 0 to {count - 1}")
+    return int(index)
 
 
 def _host(value) -> np.ndarray:

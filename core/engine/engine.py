@@ -33,7 +33,7 @@ from plugrt.engine.plan_file import decode_plan, encode_plan, read_plan, write_p
 from plugrt.engine.profile import OptimizationProfile
 from plugrt.engine import plan_checks, plan_kernels
 from plugrt.engine.plan_schema import check_header
-from plugrt.errors import PlanError, PlugrtError
+from plugrt.errors import PlanError
 from plugrt.fusion.op import body_nodes, is_fused
 from plugrt.fusion.op import label as fused_label
 from plugrt.ir.dims import format_shape
@@ -67,6 +67,13 @@ class LayerRecord:
     #: A layout layer run as an alias (:mod:`plugrt.engine.aliases`): the input whose bytes
     #: its output 0 is; it launches nothing (``tactic`` is ``{"name": "alias", ...}``).
     alias: int | None = None
+    #: The tactic chosen at each later optimization profile's opt shapes (profile 1, 2,
+    #: ...); ``None`` with one profile.
+    profile_tactics: list | None = None
+
+    def tactic_for(self, profile: int) -> dict:
+        """The tactic this layer runs in optimization profile ``profile``."""
+        return self.tactic if profile == 0 or not self.profile_tactics else self.profile_tactics[profile - 1]
 
 
 class Engine:
@@ -74,9 +81,12 @@ class Engine:
 
     def __init__(self, graph, profile: OptimizationProfile, layers: list[LayerRecord], offsets: dict[str, int],
                  arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None,
-                 passes: list | None = None, precision: dict | None = None):
+                 passes: list | None = None, precision: dict | None = None, profiles: list | None = None):
         self.graph = graph
-        self.profile = profile
+        #: Every optimization profile, in the order the config added them (a context
+        #: selects one); ``profile`` is the first.
+        self.profiles = list(profiles) if profiles else [profile]
+        self.profile = self.profiles[0]
         self.layers = layers
         self.offsets = offsets
         self.arena_bytes = arena_bytes
@@ -129,13 +139,16 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def create_execution_context(self, stream=None, use_cuda_graph: bool = True, max_graphs: int | None = None):
-        """A context that runs this engine on ``stream`` (a new one by default). From the
-        second run of an input shape on, its launches replay as one CUDA graph unless
-        ``use_cuda_graph`` is false; it keeps ``max_graphs`` graphs (16 by default)."""
+    def create_execution_context(self, stream=None, use_cuda_graph: bool = True, max_graphs: int | None = None,
+                                 profile: int = 0):
+        """A context that runs this engine on ``stream`` (a new one by default) in
+        optimization profile ``profile``. From the second run of an input shape on, its
+        launches replay as one CUDA graph unless ``use_cuda_graph`` is false; it keeps
+        ``max_graphs`` graphs (16 by default)."""
         from plugrt.engine.context import MAX_GRAPHS, ExecutionContext
 
-        return ExecutionContext(self, stream, use_cuda_graph, MAX_GRAPHS if max_graphs is None else max_graphs)
+        return ExecutionContext(self, stream, use_cuda_graph, MAX_GRAPHS if max_graphs is None else max_graphs,
+                                profile)
 
     # ------------------------------------------------------------------ plan files
 
@@ -159,7 +172,7 @@ class Engine:
             "plugrt_version": __version__,
             "device": self.device,
             "graph": graph_header,
-            "profiles": [self.profile.as_json()],
+            "profiles": [profile.as_json() for profile in self.profiles],
             "layers": [asdict(layer) for layer in self.layers],
             "memory": {"offsets": self.offsets, "arena_bytes": self.arena_bytes,
                        "workspace_bytes": self.workspace_bytes},
@@ -196,25 +209,19 @@ class Engine:
         check_header(header, arrays, label)
         layers = [LayerRecord(**entry) for entry in header["layers"]]
         memory = header["memory"]
-        try:
-            profile = OptimizationProfile.from_json(header["profiles"][0])
-        except PlugrtError as exc:
-            raise PlanError(f"plan {label}: profiles[0]: {exc}; rebuild the plan with plugrt {__version__}") from None
         graph = graph_from_json(header["graph"], arrays, label)
         _check_plugins(graph, layers, registry, label)
         plan_checks.check_structure(graph, registry, label)
         plan_checks.check_attributes(graph, registry, label)
         plan_checks.infer(graph, registry, label)
-        plan_checks.check_profile(graph, profile, label)
-        opt_graph = plan_checks.concretize_at(graph, profile, 1, registry, label)
-        max_graph = plan_checks.concretize_at(graph, profile, 2, registry, label)
-        plan_checks.check_shapes(header, opt_graph, max_graph, label)
-        workspace = plan_checks.check_layers(layers, registry, opt_graph, max_graph, label)
-        plan_checks.check_memory(header, layers, max_graph, workspace, label)
+        profiles, graphs = plan_checks.load_profiles(header, graph, registry, label)
+        plan_checks.check_shapes(header, graphs, label)
+        workspace = plan_checks.check_layers(layers, registry, graphs, label)
+        plan_checks.check_memory(header, layers, [m for _, m in graphs], workspace, label)
         plan_kernels.supply(header.get("kernels"), arrays, label)
-        return cls(graph, profile, layers, dict(memory["offsets"]), memory["arena_bytes"],
+        return cls(graph, profiles[0], layers, dict(memory["offsets"]), memory["arena_bytes"],
                    memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"],
-                   header.get("precision"))
+                   header.get("precision"), profiles)
 
     # ------------------------------------------------------------------ inspection
 
@@ -239,6 +246,7 @@ class Engine:
                 "workspace_bytes": layer.workspace_bytes, "onnx_nodes": list(node.origin or (node.name,)),
                 "time_ms": layer.time_ms, "runner_up": layer.runner_up,
                 "tactic_provider": layer.tactic_provider,
+                "profile_tactics": [t["name"] for t in layer.profile_tactics] if layer.profile_tactics else None,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),
@@ -252,6 +260,7 @@ class Engine:
             "outputs": {n: {"dtype": str(self.graph.info(n).dtype), "shape": format_shape(self.graph.info(n).shape)}
                         for n in self.graph.outputs},
             "profile": self.profile.as_json(),
+            "profiles": [profile.as_json() for profile in self.profiles],
             "layers": layers,
             "host_nodes": host,
             "plugins": self.plugins(),

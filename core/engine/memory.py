@@ -120,3 +120,25 @@ def value_shapes(graph) -> dict[str, list[int]]:
     """Each non-constant value's shape, as plans record them (``shapes.opt``, ``shapes.max``)."""
     return {name: list(value.info.shape) for name, value in graph.values.items()
             if value.info is not None and value.const is None}
+
+
+def largest_shapes(graphs) -> dict[str, list[int]]:
+    """Each non-constant value's shape where it holds the most bytes among ``graphs`` (one
+    per optimization profile, at its max shapes): what buffers are sized for."""
+    found: dict[str, list[int]] = {}
+    for graph in graphs:
+        for name, shape in value_shapes(graph).items():
+            if name not in found or math.prod(shape) > math.prod(found[name]):
+                found[name] = shape
+    return found
+
+
+def liveness_all(graphs, layer_nodes: list[int], shared: Mapping[str, str] | None = None
+                 ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """:func:`liveness` over one graph per profile (the same nodes at different shapes):
+    each tensor's largest size; the lifetimes are the graphs' own (the same in each)."""
+    sizes, lifetimes = liveness(graphs[0], layer_nodes, shared)
+    for graph in graphs[1:]:
+        more, _ = liveness(graph, layer_nodes, shared)
+        sizes = {name: max(size, more[name]) for name, size in sizes.items()}
+    return sizes, lifetimes

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from plugrt.engine import aliases as alias_rules
-from plugrt.engine.memory import ALIGNMENT, align, liveness, value_shapes
+from plugrt.engine.memory import ALIGNMENT, align, largest_shapes, liveness_all, value_shapes
 from plugrt.engine.plan_schema import MAX_BYTES, fix
 from plugrt.errors import PlanError, PlugrtError
 from plugrt.fusion.op import body_nodes, is_fused
@@ -101,22 +101,41 @@ def infer(graph, registry, label: str) -> None:
         raise _refuse(label, "graph", exc) from None
 
 
-def check_profile(graph, profile, label: str) -> None:
+def load_profiles(header: dict, graph, registry, label: str) -> tuple[list, list]:
+    """The plan's optimization profiles, each checked against the graph
+    (:func:`check_profile`), and the graph at each one's opt and max shapes."""
+    from plugrt.engine.profile import OptimizationProfile
+
+    profiles, graphs = [], []
+    for index, data in enumerate(header["profiles"]):
+        where = f"profiles[{index}]"
+        try:
+            profile = OptimizationProfile.from_json(data)
+        except PlugrtError as exc:
+            raise _refuse(label, where, exc) from None
+        check_profile(graph, profile, label, where)
+        graphs.append((concretize_at(graph, profile, 1, registry, label, where),
+                       concretize_at(graph, profile, 2, registry, label, where)))
+        profiles.append(profile)
+    return profiles, graphs
+
+
+def check_profile(graph, profile, label: str, where: str = "profiles[0]") -> None:
     """The profile covers exactly the graph's inputs, at their ranks and static dims."""
     from plugrt.engine.profile import BuilderConfig, resolve_profile
 
     try:
         resolved = resolve_profile(graph, BuilderConfig(profiles=[profile]))
     except PlugrtError as exc:
-        raise _refuse(label, "profiles[0]", exc) from None
+        raise _refuse(label, where, exc) from None
     for name in graph.inputs:
         if name not in profile.shapes:
-            raise _refuse(label, "profiles[0]", f"input {name!r} has no shape range")
+            raise _refuse(label, where, f"input {name!r} has no shape range")
     if resolved.shape_values != profile.shape_values:
-        raise _refuse(label, "profiles[0]", "shape-tensor values are given for an input that takes none")
+        raise _refuse(label, where, "shape-tensor values are given for an input that takes none")
 
 
-def concretize_at(graph, profile, which: int, registry, label: str):
+def concretize_at(graph, profile, which: int, registry, label: str, where: str = "profiles[0]"):
     """The graph at the profile's min (0), opt (1) or max (2) shapes."""
     from plugrt.ir.specialize import concretize
 
@@ -124,58 +143,79 @@ def concretize_at(graph, profile, which: int, registry, label: str):
     try:
         return concretize(graph, shapes, registry, profile.shape_values)
     except PlugrtError as exc:
-        raise _refuse(label, f"profiles[0].{('min', 'opt', 'max')[which]}", exc) from None
+        raise _refuse(label, f"{where}.{('min', 'opt', 'max')[which]}", exc) from None
 
 
-def check_shapes(header: dict, opt_graph, max_graph, label: str) -> None:
-    """The recorded shapes are the graph's at the profile's opt and max shapes, and no
-    tensor there holds more than :data:`MAX_BYTES`."""
-    for name, value in max_graph.values.items():
-        info = value.info
-        if info is None or not all(isinstance(d, (int, np.integer)) for d in info.shape):
-            continue
-        if math.prod(int(d) for d in info.shape) * info.dtype.itemsize > MAX_BYTES:
-            raise _refuse(label, "graph", f"value {name!r} has shape {list(info.shape)} at the profile's max "
-                                          f"shapes, more than {MAX_BYTES} bytes")
-    for which, graph in (("opt", opt_graph), ("max", max_graph)):
-        if header["shapes"][which] != value_shapes(graph):
-            raise _refuse(label, f"shapes.{which}", "the recorded shapes differ from the graph's at the profile's "
+def check_shapes(header: dict, graphs: list, label: str) -> None:
+    """The recorded shapes are the graph's at the first profile's opt shapes and, for
+    ``max``, each tensor's largest over the profiles' max shapes; no tensor there holds
+    more than :data:`MAX_BYTES`."""
+    max_graphs = [m for _, m in graphs]
+    for max_graph in max_graphs:
+        for name, value in max_graph.values.items():
+            info = value.info
+            if info is None or not all(isinstance(d, (int, np.integer)) for d in info.shape):
+                continue
+            if math.prod(int(d) for d in info.shape) * info.dtype.itemsize > MAX_BYTES:
+                raise _refuse(label, "graph", f"value {name!r} has shape {list(info.shape)} at the profile's max "
+                                              f"shapes, more than {MAX_BYTES} bytes")
+    for which, found in (("opt", value_shapes(graphs[0][0])), ("max", largest_shapes(max_graphs))):
+        if header["shapes"][which] != found:
+            whose = "profile's" if len(graphs) == 1 else "profiles'"
+            raise _refuse(label, f"shapes.{which}", f"the recorded shapes differ from the graph's at the {whose} "
                                                     f"{which} shapes")
 
 
-def check_layers(layers, registry, opt_graph, max_graph, label: str) -> int:
-    """One layer per device node, each tactic offered by its plugin; returns the workspace
-    the layers may ask for (each at most what its tactic needs at max shapes)."""
+def check_layers(layers, registry, graphs: list, label: str) -> int:
+    """One layer per device node, each tactic (one per profile) offered by its plugin at
+    that profile's opt shapes; returns the workspace the layers may ask for (each at most
+    what its tactics need at the profiles' max shapes)."""
     from plugrt.ir.specialize import is_host_node
 
+    max_graph = graphs[0][1]
     device = [i for i, node in enumerate(max_graph.nodes) if not is_host_node(max_graph, node)]
     recorded = [layer.node_index for layer in layers]
     if recorded != device:
         missing = sorted(set(device) - set(recorded)) or sorted(set(recorded) - set(device))
         raise _refuse(label, "layers", f"the device layers must run nodes {device}, not {recorded} "
                                        f"(node {missing[0]} differs)")
-    _check_aliases(layers, registry, max_graph, label)
+    for _, other in graphs:
+        _check_aliases(layers, registry, other, label)
     for i, layer in enumerate(layers):
         if layer.alias is not None:
             continue
-        node = max_graph.nodes[layer.node_index]
-        pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[layer.node_index]) else max_graph
-        tactic = layer.tactic
-        offered = _tactics(registry, node, pick, label, i)
-        same = [t for t in offered if t.name == tactic["name"] and t.provider == tactic.get("provider")
-                and _json(dict(t.params)) == _json(tactic["params"])]
-        if not same:
-            raise _refuse(label, f"layers[{i}].tactic", f"{node.describe()}: plugin {layer.plugin!r} offers no "
-                          f"tactic {tactic['name']!r} with params {tactic['params']} "
-                          f"(it offers {sorted({t.name for t in offered})})")
-        at_max = _tactics(registry, node, max_graph, label, i) if pick is not max_graph else offered
-        needs = [int(t.workspace_bytes) for t in at_max if (t.name, t.provider) == (tactic["name"],
-                                                                                  tactic.get("provider"))]
-        bound = max(needs or [int(t.workspace_bytes) for t in at_max] or [0])
+        count = len(layer.profile_tactics or ())
+        if count != (len(graphs) - 1 if len(graphs) > 1 else count):
+            raise _refuse(label, f"layers[{i}].profile_tactics", f"{count} tactics for {len(graphs) - 1} later "
+                                                                  "profiles")
+        bound = 0
+        for profile, (opt_graph, max_graph) in enumerate(graphs):
+            where = f"layers[{i}].tactic" if profile == 0 else f"layers[{i}].profile_tactics[{profile - 1}]"
+            bound = max(bound, _check_tactic(layer, layer.tactic_for(profile), registry, opt_graph, max_graph,
+                                             label, where, i))
         if layer.workspace_bytes > bound:
+            whose = "its tactic needs at the profile's" if len(graphs) == 1 else "its tactics need at the profiles'"
             raise _refuse(label, f"layers[{i}].workspace_bytes", f"{layer.workspace_bytes} is more than the "
-                          f"{bound} bytes its tactic needs at the profile's max shapes")
+                          f"{bound} bytes {whose} max shapes")
     return max((layer.workspace_bytes for layer in layers), default=0)
+
+
+def _check_tactic(layer, tactic: dict, registry, opt_graph, max_graph, label: str, where: str, i: int) -> int:
+    """``tactic`` is offered at opt shapes; returns what it needs at max shapes."""
+    from plugrt.ir.specialize import is_host_node
+
+    node = max_graph.nodes[layer.node_index]
+    pick = opt_graph if not is_host_node(opt_graph, opt_graph.nodes[layer.node_index]) else max_graph
+    offered = _tactics(registry, node, pick, label, i)
+    same = [t for t in offered if t.name == tactic["name"] and t.provider == tactic.get("provider")
+            and _json(dict(t.params)) == _json(tactic["params"])]
+    if not same:
+        raise _refuse(label, where, f"{node.describe()}: plugin {layer.plugin!r} offers no "
+                      f"tactic {tactic['name']!r} with params {tactic['params']} "
+                      f"(it offers {sorted({t.name for t in offered})})")
+    at_max = _tactics(registry, node, max_graph, label, i) if pick is not max_graph else offered
+    needs = [int(t.workspace_bytes) for t in at_max if (t.name, t.provider) == (tactic["name"], tactic.get("provider"))]
+    return max(needs or [int(t.workspace_bytes) for t in at_max] or [0])
 
 
 def _check_aliases(layers, registry, max_graph, label: str) -> None:
@@ -208,7 +248,7 @@ def _json(value):
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def check_memory(header: dict, layers, max_graph, workspace: int, label: str) -> None:
+def check_memory(header: dict, layers, max_graphs: list, workspace: int, label: str) -> None:
     """Offsets place every arena tensor aligned, inside
     the arena and apart from those live at the same time; the arena is no larger than all
     tensors side by side, the workspace the largest layer's."""
@@ -217,7 +257,7 @@ def check_memory(header: dict, layers, max_graph, workspace: int, label: str) ->
         raise _refuse(label, "memory.workspace_bytes", f"{memory['workspace_bytes']} differs from the layers' "
                                                         f"largest workspace, {workspace}")
     nodes = [layer.node_index for layer in layers]
-    sizes, lifetimes = liveness(max_graph, nodes, alias_rules.storage(max_graph, _aliases(layers), nodes))
+    sizes, lifetimes = liveness_all(max_graphs, nodes, alias_rules.storage(max_graphs[0], _aliases(layers), nodes))
     offsets, arena = memory["offsets"], memory["arena_bytes"]
     if set(offsets) != set(sizes):
         extra = sorted(set(offsets) ^ set(sizes))[0]

@@ -11,8 +11,8 @@ under another key is refused, not run as the wrong kernel::
                                                            "ptx": "kernel/HEX", "check": HEX16}}}
 
 ``arch`` is the build GPU's architecture (``null`` with no functions, as in the simulator).
-The kernels stored are those of the profile's opt-shape specialization, the one every
-execution context prepares first: saving on a GPU makes a context, which loads or compiles
+The kernels stored are those of each profile's opt-shape specialization, the one every
+execution context prepares first in that profile: saving on a GPU makes a context, which loads or compiles
 each kernel, and takes their binaries from the store. A plan without the section (older
 plugrt) loads and compiles its kernels. On a GPU of another architecture the kernels are
 compiled again from the installed plugins (:func:`plugrt.binaries.supply` warns once).
@@ -37,8 +37,10 @@ def collect(engine) -> tuple[dict, dict[str, np.ndarray]]:
     """The ``kernels`` section and its arrays for ``engine``'s plan; empty in the simulator."""
     if simulated():
         return {"arch": None, "functions": {}}, {}
-    with engine.create_execution_context(use_cuda_graph=False) as context:
-        keys = {launch.key for launch in context.current.launches if launch.key}
+    keys = set()
+    for index in range(len(engine.profiles)):
+        with engine.create_execution_context(use_cuda_graph=False, profile=index) as context:
+            keys |= {launch.key for launch in context.current.launches if launch.key}
     return encode(binaries.binaries_for(keys), binaries.current_arch())
 
 

@@ -180,7 +180,7 @@ _PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "deci
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
-_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias")
+_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias", "profile_tactics")
 
 
 def check_header(header, arrays: dict, label: str) -> None:
@@ -364,20 +364,23 @@ def _check_attr_arrays(fields: Fields, value, path: str, arrays: dict, used: set
 
 
 def _check_profiles(fields: Fields, profiles) -> None:
-    fields.sequence(profiles, "profiles", 1)
-    for name, entry in fields.mapping(profiles[0], "profiles[0]").items():
-        path = f"profiles[0][{name!r}]"
-        fields.record(entry, path, ("min", "opt", "max"), ("values",))
-        triple = [fields.shape(entry[key], f"{path}.{key}") for key in ("min", "opt", "max")]
-        if not len(triple[0]) == len(triple[1]) == len(triple[2]):
-            raise fields.fail(path, "min, opt and max shapes of one rank", triple)
-        for axis, (low, mid, high) in enumerate(zip(*triple)):
-            if not low <= mid <= high:
-                raise fields.fail(f"{path}.opt[{axis}]", f"between min {low} and max {high}", mid)
-        if "values" in entry:  # a shape-tensor input's values: any numbers (float inputs too)
-            for i, v in enumerate(fields.sequence(entry["values"], f"{path}.values")):
-                if not isinstance(v, (int, float)):
-                    raise fields.fail(f"{path}.values[{i}]", "a number", v)
+    for index, profile in enumerate(fields.sequence(profiles, "profiles", 1)):
+        for name, entry in fields.mapping(profile, f"profiles[{index}]").items():
+            _check_range(fields, entry, f"profiles[{index}][{name!r}]")
+
+
+def _check_range(fields: Fields, entry, path: str) -> None:
+    fields.record(entry, path, ("min", "opt", "max"), ("values",))
+    triple = [fields.shape(entry[key], f"{path}.{key}") for key in ("min", "opt", "max")]
+    if not len(triple[0]) == len(triple[1]) == len(triple[2]):
+        raise fields.fail(path, "min, opt and max shapes of one rank", triple)
+    for axis, (low, mid, high) in enumerate(zip(*triple)):
+        if not low <= mid <= high:
+            raise fields.fail(f"{path}.opt[{axis}]", f"between min {low} and max {high}", mid)
+    if "values" in entry:  # a shape-tensor input's values: any numbers (float inputs too)
+        for i, v in enumerate(fields.sequence(entry["values"], f"{path}.values")):
+            if not isinstance(v, (int, float)):
+                raise fields.fail(f"{path}.values[{i}]", "a number", v)
 
 
 def _check_layers(fields: Fields, layers, node_count: int) -> None:
@@ -412,6 +415,9 @@ def _check_layers(fields: Fields, layers, node_count: int) -> None:
                               provider)
         if layer.get("alias") is not None:
             _check_alias(fields, layer, path)
+        for k, tactic in enumerate(fields.sequence(layer.get("profile_tactics") or [], f"{path}.profile_tactics")):
+            if _check_tactic(fields, tactic, f"{path}.profile_tactics[{k}]", ("provider",)) != provider:
+                raise fields.fail(f"{path}.profile_tactics[{k}].provider", f"the tactic's ({provider})", tactic)
 
 
 def _check_alias(fields: Fields, layer: dict, path: str) -> None:

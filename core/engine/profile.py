@@ -98,6 +98,10 @@ class OptimizationProfile:
                     f"[{a}, {c}] (profile min {list(low)}, max {list(high)}); rebuild with a wider profile"
                 )
 
+    def contains(self, name: str, shape: tuple[int, ...]) -> bool:
+        low, _, high = self.shapes[name]
+        return len(shape) == len(low) and all(a <= size <= c for a, size, c in zip(low, shape, high))
+
     def as_json(self) -> dict:
         data = {name: {"min": list(a), "opt": list(b), "max": list(c)} for name, (a, b, c) in self.shapes.items()}
         for name, values in self.shape_values.items():
@@ -116,7 +120,7 @@ class OptimizationProfile:
 
 @dataclass
 class BuilderConfig:
-    """What the builder may do: profiles (one for now), a workspace limit, which graph
+    """What the builder may do: optimization profiles, a workspace limit, which graph
     passes run (``fusion=False`` keeps every op its own layer; ``disabled_passes`` names
     passes to skip, see :mod:`plugrt.passes`), and how tactics are chosen
     (:mod:`plugrt.tuning.tuner`)."""
@@ -171,15 +175,46 @@ class BuilderConfig:
     accuracy_metric: object = None
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
-        if self.profiles:
-            raise PlugrtError("this plugrt supports one optimization profile per engine")
+        """Add a profile; return its index (what a context selects). Each profile is tuned
+        at its own opt shapes; memory is planned for the largest of their max shapes."""
+        if not isinstance(profile, OptimizationProfile):
+            raise PlugrtError(f"add_optimization_profile takes an OptimizationProfile, got {type(profile).__name__}")
         self.profiles.append(profile)
         return len(self.profiles) - 1
 
 
-def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
-    """The config's profile with static inputs filled in; every dynamic input must be in it."""
-    given = config.profiles[0] if config.profiles else OptimizationProfile()
+def resolve_profiles(graph: Graph, config: BuilderConfig) -> list[OptimizationProfile]:
+    """Every profile of the config resolved (:func:`resolve_profile`); one for a config
+    without any (a static model)."""
+    return [resolve_profile(graph, config, index) for index in range(max(len(config.profiles), 1))]
+
+
+def check_binding(profiles: list[OptimizationProfile], index: int, name: str, shape: tuple[int, ...]) -> None:
+    """Raise :class:`BindingError` unless input ``name``'s ``shape`` lies within profile
+    ``index`` (the one a context uses); the message gives every profile's range and one
+    that accepts the shape."""
+    if len(profiles) == 1:
+        profiles[0].check(name, shape)
+        return
+    if profiles[index].contains(name, shape):
+        return
+    low = profiles[index].shapes[name][0]
+    if len(shape) != len(low):
+        raise BindingError(f"input binding {name!r}: expected rank {len(low)}, got shape {list(shape)}")
+    ranges = "; ".join(f"profile {i}: min {list(p.shapes[name][0])}, max {list(p.shapes[name][2])}"
+                       for i, p in enumerate(profiles))
+    fits = [i for i, p in enumerate(profiles) if p.contains(name, shape)]
+    fix = (f"select profile {fits[0]} first (context.set_optimization_profile_async({fits[0]}, stream); "
+           f"--profile {fits[0]} on the command line)" if fits else "rebuild with a profile that covers it")
+    raise BindingError(f"input binding {name!r}: shape {list(shape)} is outside profile {index}, the one this "
+                       f"context uses ({ranges}); {fix}")
+
+
+def resolve_profile(graph: Graph, config: BuilderConfig, index: int = 0) -> OptimizationProfile:
+    """The config's profile ``index`` with static inputs filled in; every dynamic input
+    must be in it."""
+    given = config.profiles[index] if config.profiles else OptimizationProfile()
+    where = f"profile {index}" if len(config.profiles) > 1 else "profile"
     profile = OptimizationProfile()
     for name in graph.inputs:
         info = graph.info(name)
@@ -196,7 +231,7 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
             if which not in named:
                 continue  # a copy of a shape the user gave
             if len(shape) != len(info.shape) or any(isinstance(d, int) and d != s for d, s in zip(info.shape, shape)):
-                raise PlugrtError(f"profile {which} shape {list(shape)} for input {name!r} does not fit the "
+                raise PlugrtError(f"{where} {which} shape {list(shape)} for input {name!r} does not fit the "
                                   f"model's shape {format_shape(info.shape)}")
         profile.set_shape(name, *entry, given=named)
         if name in given.shape_values:
@@ -207,6 +242,6 @@ def resolve_profile(graph: Graph, config: BuilderConfig) -> OptimizationProfile:
             profile.set_shape_values(name, values)
     unknown = sorted(set(given.shapes) - set(graph.inputs))
     if unknown:
-        raise PlugrtError(f"the profile names {', '.join(map(repr, unknown))}, which are not inputs of the "
+        raise PlugrtError(f"the {where} names {', '.join(map(repr, unknown))}, which are not inputs of the "
                           f"model; the inputs are {', '.join(map(repr, graph.inputs))}")
     return profile

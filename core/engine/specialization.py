@@ -67,7 +67,7 @@ class Specialization:
             outs = [self._view(context, name) if name else None for name in node.outputs]
             if all(o is None or o.size == 0 for o in outs):
                 continue
-            tactic = find_tactic(engine.registry, node, graph, layer.tactic)
+            tactic = find_tactic(engine.registry, node, graph, layer.tactic_for(context.profile_index))
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
                 key = layer_key(engine.registry, node, graph, tactic)

@@ -79,7 +79,7 @@ def _plain(value):
     return value
 
 
-def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None) -> int:
+def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None, profiles: list | None = None) -> int:
     """Set ``graph.int8`` for an INT8 build (ranges from the cache or from calibration);
     return how many tensors have a range. Not an INT8 build: ``graph.int8`` stays None.
     ``metric(got, expected)``: the accuracy budget's default error measure. ``tuner``
@@ -94,7 +94,7 @@ def prepare(graph: Graph, registry, config, profile, metric=None, tuner=None) ->
     digest = graph_hash(graph)
     ranges, kept = _cached(config, digest), []
     if ranges is None:
-        ranges, kept = calibrate(graph, registry, config, profile)
+        ranges, kept = calibrate(graph, registry, config, profile, profiles=profiles)
         # As the cache stores them (float32 scales), so a build from the cache is the same build.
         ranges = {name: calibration_cache.decode_scale(calibration_cache.encode_scale(amax))
                   for name, amax in ranges.items()}
@@ -171,7 +171,8 @@ def _cached(config, digest: str) -> dict[str, float] | None:
     return None
 
 
-def calibrate(graph: Graph, registry, config, profile, keep: int = 4) -> tuple[dict[str, float], list]:
+def calibrate(graph: Graph, registry, config, profile, keep: int = 4,
+              profiles: list | None = None) -> tuple[dict[str, float], list]:
     """Run the graph's references on every calibration batch; return each float tensor's
     range (amax) by the config's algorithm (tensors zero throughout get none), and the
     first ``keep`` batches with the network's outputs on them, ``(feeds, outputs)`` (the
@@ -182,7 +183,7 @@ def calibrate(graph: Graph, registry, config, profile, keep: int = 4) -> tuple[d
     collector = RangeCollector()
     count, kept = 0, []
     for index, feeds in enumerate(calibrate_progress(batches, total, config.progress)):
-        _check_batch(graph, profile, feeds, index)
+        _check_batch(graph, profiles or [profile], feeds, index)
 
         def observe(node, outputs):
             for name, array in zip([n for n in node.outputs if n], outputs):
@@ -219,14 +220,18 @@ def _first_batches(graph: Graph, registry, config, count: int) -> list:
     return found
 
 
-def _check_batch(graph: Graph, profile, feeds: dict, index: int) -> None:
-    """A batch's shapes must be ones the engine will run: inside the profile
-    (:meth:`OptimizationProfile.check <plugrt.engine.profile.OptimizationProfile.check>`)."""
-    for name in graph.inputs:
-        if profile.get_shape(name) is None:
-            continue
-        try:
-            profile.check(name, tuple(int(d) for d in np.shape(feeds[name])))
-        except PlugrtError as error:
-            raise PlugrtError(f"calibration batch {index}: {error}, or give batches of shapes the engine "
-                              "will run") from None
+def _check_batch(graph: Graph, profiles: list, feeds: dict, index: int) -> None:
+    """A batch's shapes must be ones the engine will run: inside one of the optimization
+    profiles (:meth:`OptimizationProfile.check <plugrt.engine.profile.OptimizationProfile.check>`)."""
+    shapes = {name: tuple(int(d) for d in np.shape(feeds[name])) for name in graph.inputs
+              if profiles[0].get_shape(name) is not None}
+    if any(all(profile.contains(name, shape) for name, shape in shapes.items()) for profile in profiles):
+        return
+    for k, profile in enumerate(profiles):
+        for name, shape in shapes.items():
+            try:
+                profile.check(name, shape)
+            except PlugrtError as error:
+                where = f" (profile {k})" if len(profiles) > 1 else ""
+                raise PlugrtError(f"calibration batch {index}: {error}{where}, or give batches of shapes the "
+                                  "engine will run") from None
