@@ -81,6 +81,7 @@ def cmd_bench(args) -> int:
     finally:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
+    report["settings"]["profile"] = args.profile
     print_report(args.target, report)
     if args.dump_profile:
         from plugrt.bench import random_feeds

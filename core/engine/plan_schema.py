@@ -175,8 +175,7 @@ def check_array_table(table, label: str, blob_bytes: int) -> list[dict]:
 _TOP = ("format", "plugrt_version", "device", "graph", "profiles", "layers", "memory", "shapes", "passes")
 #: Sections a plan may leave out (older plugrt wrote none).
 _TOP_OPTIONAL = ("kernels", "precision")
-_PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "decisions", "fallbacks", "casts",
-              "accuracy")
+_PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "decisions", "fallbacks", "casts", "accuracy")
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
@@ -364,7 +363,9 @@ def _check_attr_arrays(fields: Fields, value, path: str, arrays: dict, used: set
 
 
 def _check_profiles(fields: Fields, profiles) -> None:
-    for index, profile in enumerate(fields.sequence(profiles, "profiles", 1)):
+    if not fields.sequence(profiles, "profiles"):
+        raise fields.fail("profiles", "a list of at least one profile", profiles)
+    for index, profile in enumerate(profiles):
         for name, entry in fields.mapping(profile, f"profiles[{index}]").items():
             _check_range(fields, entry, f"profiles[{index}][{name!r}]")
 

@@ -55,6 +55,8 @@ class Specialization:
         self.input_views = {name: self._view(context, name) for name in graph.inputs}
         self.launches: list[PreparedLaunch] = []
         self.layer_launches: list[tuple[str, int, int]] = []
+        #: Each launching layer's tactic name (the context's profile's choice).
+        self.tactics: dict[str, str] = {}
         started = time.perf_counter()
         for layer in engine.layers:
             node = graph.nodes[layer.node_index]
@@ -79,6 +81,7 @@ class Specialization:
                 raise PlugrtError(f"{node.describe()}: tactic {tactic.name!r} of plugin {layer.plugin!r} failed "
                                   f"to prepare its launches: {type(exc).__name__}: {exc}") from exc
             self.layer_launches.append((node.name, len(self.launches), len(self.launches) + len(launches)))
+            self.tactics[node.name] = tactic.name
             self.launches.extend(launches)
         self.prepare_seconds = time.perf_counter() - started
         self.outputs = {}
