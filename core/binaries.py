@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import threading
+import types
 from collections import Counter
 
 import numpy as np
@@ -94,27 +95,38 @@ def full_key(key: str, argtypes: tuple, arch: str, kernel=None) -> str:
 
 
 def kernel_identity(kernel) -> str:
-    """The kernel's Python function (module, qualified name, simple closure values) and
-    its compile options: two tactics' launches that share a key but not a kernel differ."""
+    """The kernel's code, spelled the same in every process: its Python function (module,
+    qualified name, bytecode and constants, closure values and the globals it reads,
+    device functions and generated code followed inside) and its compile options. Two
+    launches whose kernels share this spelling run the same code whatever their shapes
+    (what lets one compiled kernel serve every shape of a profile); any value a kernel
+    factory baked in (a tile size, a flag, a shape) makes it differ."""
     if kernel is None:
         return ""
+    with _lock:
+        found = _identities.get(id(kernel))
+        if found is not None and found[0] is kernel:
+            return found[1]
     func = getattr(kernel, "py_func", None)
-    parts = [str(getattr(func, "__module__", None) or "?"),
-             str(getattr(func, "__qualname__", None) or type(kernel).__name__)]
-    for cell in getattr(func, "__closure__", None) or ():
-        try:
-            parts.append(_simple(cell.cell_contents))
-        except ValueError:  # an empty cell
-            parts.append("<empty>")
     options = getattr(kernel, "targetoptions", {}) or {}
-    parts.append(_simple({str(k): v for k, v in options.items()}))
-    return "|".join(parts)
+    text = "|".join([_spell(func if func is not None else kernel, 0, set()),
+                     _spell({str(k): v for k, v in options.items()}, 0, set())])
+    with _lock:
+        _identities[id(kernel)] = (kernel, text)
+    return text
 
 
-def _simple(value) -> str:
-    """A spelling of ``value`` that is the same in every process: simple values as they
-    are, containers item by item, anything else by its function's or type's name (never a
-    ``repr`` that shows an address)."""
+#: id(kernel) -> (kernel, identity): kernels live as long as the process's launches.
+_identities: dict[int, tuple] = {}
+#: How deep :func:`_spell` follows objects inside objects.
+SPELL_DEPTH = 8
+
+
+def _spell(value, depth: int, seen: set) -> str:
+    """A spelling of ``value`` that is the same in every process and differs where the
+    code a kernel compiles to could: simple values as they are, containers and objects
+    item by item, functions by code, closure and the globals they read (never a ``repr``
+    that shows an address)."""
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return repr(value)
     if isinstance(value, np.generic):
@@ -122,13 +134,59 @@ def _simple(value) -> str:
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
         return f"array({data.dtype.str},{data.shape},{hashlib.sha256(data.tobytes()).hexdigest()})"
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(_simple(v) for v in value) + ")"
+    if isinstance(value, (types.ModuleType, type)):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', value.__name__)}"
+    if isinstance(value, np.dtype):
+        return f"dtype({value.str})"
+    if depth > SPELL_DEPTH or id(value) in seen:
+        return f"<{type(value).__qualname__}>"
+    seen = seen | {id(value)}
+    deeper = depth + 1
+    if isinstance(value, (tuple, list, set, frozenset)):
+        items = [_spell(v, deeper, seen) for v in value]
+        return "(" + ",".join(sorted(items) if isinstance(value, (set, frozenset)) else items) + ")"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k!r}:{_simple(value[k])}" for k in sorted(value, key=str)) + "}"
-    inner = getattr(value, "py_func", value)
-    name = getattr(inner, "__qualname__", None) or type(value).__qualname__
-    return f"{getattr(inner, '__module__', None) or type(value).__module__}.{name}"
+        return "{" + ",".join(f"{k!r}:{_spell(value[k], deeper, seen)}" for k in sorted(value, key=str)) + "}"
+    inner = getattr(value, "py_func", value)  # a Numba kernel or device function: its Python function
+    if isinstance(inner, types.FunctionType):
+        return _spell_function(inner, deeper, seen)
+    if isinstance(value, types.CodeType):
+        return _spell_code(value, deeper, seen)
+    if type(value).__module__.startswith("numba"):  # Numba types and the like: their own stable names
+        return f"{type(value).__qualname__}:{value}"
+    fields = getattr(value, "__dict__", None)
+    slots = getattr(type(value), "__slots__", ())
+    if fields is None and slots:
+        fields = {name: getattr(value, name, None) for name in ([slots] if isinstance(slots, str) else slots)}
+    name = f"{type(value).__module__}.{type(value).__qualname__}"
+    return name if not fields else f"{name}{_spell(dict(fields), deeper, seen)}"
+
+
+def _spell_function(func, depth: int, seen: set) -> str:
+    parts = [f"{func.__module__}.{func.__qualname__}", _spell_code(func.__code__, depth, seen)]
+    for cell in func.__closure__ or ():
+        try:
+            parts.append(_spell(cell.cell_contents, depth, seen))
+        except ValueError:  # an empty cell
+            parts.append("<empty>")
+    names = _global_names(func.__code__)
+    parts += [f"{n}={_spell(func.__globals__[n], depth, seen)}" for n in sorted(names) if n in func.__globals__]
+    return "fn(" + "|".join(parts) + ")"
+
+
+def _spell_code(code, depth: int, seen: set) -> str:
+    consts = ",".join(_spell(c, depth, seen) for c in code.co_consts)
+    digest = hashlib.sha256(code.co_code + consts.encode("utf-8") + " ".join(code.co_names).encode()).hexdigest()
+    return f"code({code.co_name},{digest[:32]})"
+
+
+def _global_names(code) -> set[str]:
+    """The global names ``code`` and the functions nested in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
 # ---------------------------------------------------------------------- plans

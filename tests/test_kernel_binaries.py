@@ -7,6 +7,8 @@ what is tested; the real compile and load run in tests/test_plan_kernels.py on a
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 from collections import Counter
@@ -164,6 +166,45 @@ def test_kernel_identity_sees_closure_values_and_never_an_address():
     one, other = factory(np.int32(16), np.arange(3)), factory(np.int32(32), np.arange(3))
     assert binaries.kernel_identity(FakeKernel(one)) != binaries.kernel_identity(FakeKernel(other))
     assert "0x" not in binaries.kernel_identity(FakeKernel(factory(object(), [object()])))
+
+
+def test_kernel_identity_follows_device_functions_generated_code_and_globals():
+    """What a kernel factory bakes in, however deep: a device function's closure, the
+    constants of code made from text, a global the kernel reads, an object's fields."""
+    def device(step):
+        def add(x):
+            return x + step
+        return add
+
+    def kernel_of(fn):
+        def body(x):
+            return fn(x)
+        return body
+
+    def generated(size):
+        namespace = {}
+        exec(f"def body(x):\n    return x * {size}\n", namespace)
+        return namespace["body"]
+
+    def reads_global(value):
+        namespace = {"SCALE": value}
+        exec("def body(x):\n    return x * SCALE\n", namespace)
+        return namespace["body"]
+
+    @dataclasses.dataclass
+    class Geometry:
+        rows: int
+
+    def holding(geometry):
+        def body(x):
+            return x + geometry.rows
+        return body
+
+    for make, a, b in [(lambda v: kernel_of(device(v)), 1, 2), (generated, 64, 128), (reads_global, 2.0, 3.0),
+                       (lambda v: holding(Geometry(v)), 16, 17)]:
+        same = binaries.kernel_identity(FakeKernel(make(a)))
+        assert same == binaries.kernel_identity(FakeKernel(make(a)))
+        assert same != binaries.kernel_identity(FakeKernel(make(b))), make
 
 
 def test_cubins_are_taken_as_numba_returns_them(tmp_path):

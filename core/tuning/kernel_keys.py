@@ -11,8 +11,10 @@ depend on:
   the key;
 - the op (``domain::op_type``), opset and op version, the attributes (a fused layer's body
   as the timing cache spells it, :func:`plugrt.tuning.timing_cache.fused_body`);
-- the input and output dtypes and concrete shapes, and the bytes of inputs known on the
-  host (up to :data:`HASHED_VALUE_BYTES`; larger weights by dtype and shape only);
+- the input and output dtypes and ranks (not their shapes: the kernel's identity, part of
+  every full key, spells whatever a kernel baked in, so one compiled kernel serves every
+  shape it can), and the bytes of constant inputs (up to :data:`HASHED_VALUE_BYTES`;
+  larger weights by dtype only);
 - the tactic: name, parameters, math and who contributed it.
 
 A launch's key is the layer key plus the launch's index
@@ -82,11 +84,15 @@ def _plugin(record) -> dict:
 
 
 def _tensor(graph, name: str):
+    """A tensor as a layer's kernels may depend on it: dtype and rank (not the shape: a
+    kernel that bakes a shape in says so in its own identity,
+    :func:`plugrt.binaries.kernel_identity`, so that one kernel serves every shape it can),
+    and a constant's bytes."""
     if not name:
         return None
     info = graph.info(name)
-    entry = {"dtype": np.dtype(info.dtype).str, "shape": [int(d) for d in info.shape]}
-    if info.value is not None:
+    entry = {"dtype": np.dtype(info.dtype).str, "rank": len(info.shape)}
+    if graph.values[name].const is not None and info.value is not None:
         value = np.ascontiguousarray(info.value)
         entry["value"] = (hashlib.sha256(value.tobytes()).hexdigest() if value.nbytes <= HASHED_VALUE_BYTES
                           else "large")
