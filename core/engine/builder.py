@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from plugrt.device import memory_bytes
 from plugrt.engine.engine import Engine, LayerRecord
+from plugrt.engine.generic import choose_generic
 from plugrt.engine.accuracy import check_accuracy, relative_error
 from plugrt.engine.aliases import ALIAS_TACTIC, choose_all, storage
 from plugrt.engine.memory import MAX_ARENA_BYTES, largest_shapes, liveness_all, plan_memory, value_shapes
@@ -107,6 +108,7 @@ class Builder:
         engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
                         shapes={"opt": value_shapes(opt_graph), "max": largest_shapes(checked.max_graphs())},
                         passes=[result.as_json() for result in checked.passes], profiles=checked.profiles)
+        choose_generic(engine)
         report, int8 = checked.precision, checked.graph.int8
         if report is not None and (report.decisions or config.strongly_typed or int8 is not None):
             if int8 is not None and report.reference is None and int8.reference is not None:

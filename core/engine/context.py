@@ -88,6 +88,18 @@ class ExecutionContext:
                 self._checked = None
                 self._at_opt()
 
+    def specialize(self, shapes) -> Specialization:
+        """Prepare the run of these input shapes (within the context's profile): its
+        launches, its kernels loaded (from the plan or the kernel cache) or compiled; a
+        server warms a context up with its common shapes this way. Runs nothing."""
+        with self._using():
+            shapes = {name: tuple(int(d) for d in shape) for name, shape in shapes.items()}
+            for name in self.engine.graph.inputs:
+                if name not in shapes:
+                    raise BindingError(f"specialize: no shape for input {name!r}")
+                check_binding(self.engine.profiles, self.profile_index, name, shapes[name])
+            return self._specialization(shapes, self.engine.profiles[self.profile_index].shape_values)
+
     def _at_opt(self) -> None:
         profile = self.engine.profiles[self.profile_index]
         self._specialization({name: entry[1] for name, entry in profile.shapes.items()}, profile.shape_values)

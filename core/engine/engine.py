@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -70,10 +70,21 @@ class LayerRecord:
     #: The tactic chosen at each later optimization profile's opt shapes (profile 1, 2,
     #: ...); ``None`` with one profile.
     profile_tactics: list | None = None
+    #: Per profile, the tactic run at shapes other than its opt shapes where it is not the
+    #: tuned one (``None``: the tuned one; :mod:`plugrt.engine.generic`).
+    generic_tactics: list | None = None
 
     def tactic_for(self, profile: int) -> dict:
-        """The tactic this layer runs in optimization profile ``profile``."""
+        """The tactic this layer runs in optimization profile ``profile`` at its opt shapes."""
         return self.tactic if profile == 0 or not self.profile_tactics else self.profile_tactics[profile - 1]
+
+    def generic_for(self, profile: int) -> dict:
+        """The tactic this layer runs in profile ``profile`` at any other shape."""
+        found = self.generic_tactics[profile] if self.generic_tactics else None
+        return found or self.tactic_for(profile)
+
+    def with_generic(self, tactics: list) -> "LayerRecord":
+        return replace(self, generic_tactics=list(tactics))
 
 
 class Engine:
@@ -247,6 +258,7 @@ class Engine:
                 "time_ms": layer.time_ms, "runner_up": layer.runner_up,
                 "tactic_provider": layer.tactic_provider,
                 "profile_tactics": [t["name"] for t in layer.profile_tactics] if layer.profile_tactics else None,
+                "generic_tactics": [t and t["name"] for t in layer.generic_tactics] if layer.generic_tactics else None,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),

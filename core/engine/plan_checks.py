@@ -188,11 +188,17 @@ def check_layers(layers, registry, graphs: list, label: str) -> int:
         if count != (len(graphs) - 1 if len(graphs) > 1 else count):
             raise _refuse(label, f"layers[{i}].profile_tactics", f"{count} tactics for {len(graphs) - 1} later "
                                                                   "profiles")
+        if layer.generic_tactics is not None and len(layer.generic_tactics) != len(graphs):
+            raise _refuse(label, f"layers[{i}].generic_tactics", f"{len(layer.generic_tactics)} entries for "
+                                                                  f"{len(graphs)} profiles")
         bound = 0
         for profile, (opt_graph, max_graph) in enumerate(graphs):
             where = f"layers[{i}].tactic" if profile == 0 else f"layers[{i}].profile_tactics[{profile - 1}]"
             bound = max(bound, _check_tactic(layer, layer.tactic_for(profile), registry, opt_graph, max_graph,
                                              label, where, i))
+            if layer.generic_tactics and layer.generic_tactics[profile] is not None:
+                _check_tactic(layer, layer.generic_tactics[profile], registry, opt_graph, max_graph, label,
+                              f"layers[{i}].generic_tactics[{profile}]", i)
         if layer.workspace_bytes > bound:
             whose = "its tactic needs at the profile's" if len(graphs) == 1 else "its tactics need at the profiles'"
             raise _refuse(label, f"layers[{i}].workspace_bytes", f"{layer.workspace_bytes} is more than the "

@@ -11,9 +11,11 @@ under another key is refused, not run as the wrong kernel::
                                                            "ptx": "kernel/HEX", "check": HEX16}}}
 
 ``arch`` is the build GPU's architecture (``null`` with no functions, as in the simulator).
-The kernels stored are those of each profile's opt-shape specialization, the one every
-execution context prepares first in that profile: saving on a GPU makes a context, which loads or compiles
-each kernel, and takes their binaries from the store. A plan without the section (older
+The kernels stored are those of each profile's specializations at its opt shapes (the one
+every context prepares first) and at its probe shapes (:func:`specializations`: the
+generic tactics', whose kernels serve every other shape of the profile): saving on a GPU
+makes a context per profile, which loads or compiles each kernel, and takes their
+binaries from the store. A plan without the section (older
 plugrt) loads and compiles its kernels. On a GPU of another architecture the kernels are
 compiled again from the installed plugins (:func:`plugrt.binaries.supply` warns once).
 """
@@ -26,6 +28,7 @@ import numpy as np
 
 from plugrt import binaries
 from plugrt.device import simulated
+from plugrt.engine.generic import launch_key, probe_shapes
 from plugrt.engine.plan_schema import kernel_record_check
 from plugrt.kernel_cache import KernelBinary
 
@@ -37,11 +40,25 @@ def collect(engine) -> tuple[dict, dict[str, np.ndarray]]:
     """The ``kernels`` section and its arrays for ``engine``'s plan; empty in the simulator."""
     if simulated():
         return {"arch": None, "functions": {}}, {}
-    keys = set()
-    for index in range(len(engine.profiles)):
-        with engine.create_execution_context(use_cuda_graph=False, profile=index) as context:
-            keys |= {launch.key for launch in context.current.launches if launch.key}
+    keys = {launch.key for spec in specializations(engine) for launch in spec.launches if launch.key}
     return encode(binaries.binaries_for(keys), binaries.current_arch())
+
+
+def specializations(engine):
+    """The specializations whose kernels a plan carries: each profile's at its opt shapes
+    (the tuned tactics) and at its probe shapes (the generic ones,
+    :func:`plugrt.engine.generic.probe_shapes`, whose kernels serve every other shape)."""
+    for index, profile in enumerate(engine.profiles):
+        with engine.create_execution_context(use_cuda_graph=False, profile=index) as context:
+            yield context.current
+            for shapes in probe_shapes(profile):
+                yield context.specialize(shapes)
+
+
+def planned_keys(engine) -> set[str]:
+    """:func:`plugrt.engine.generic.launch_key` of every launch a plan's kernels cover
+    (what a shape's launches must be among to compile nothing, in the simulator too)."""
+    return {launch_key(launch.key, launch.launch.kernel) for spec in specializations(engine) for launch in spec.launches}
 
 
 def encode(kernels: dict[str, KernelBinary], arch: str | None) -> tuple[dict, dict[str, np.ndarray]]:

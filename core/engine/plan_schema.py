@@ -179,7 +179,7 @@ _PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "deci
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
-_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias", "profile_tactics")
+_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias", "profile_tactics", "generic_tactics")
 
 
 def check_header(header, arrays: dict, label: str) -> None:
@@ -363,9 +363,7 @@ def _check_attr_arrays(fields: Fields, value, path: str, arrays: dict, used: set
 
 
 def _check_profiles(fields: Fields, profiles) -> None:
-    if not fields.sequence(profiles, "profiles"):
-        raise fields.fail("profiles", "a list of at least one profile", profiles)
-    for index, profile in enumerate(profiles):
+    for index, profile in enumerate(fields.sequence(profiles, "profiles") or [None]):  # (None: refused as no mapping)
         for name, entry in fields.mapping(profile, f"profiles[{index}]").items():
             _check_range(fields, entry, f"profiles[{index}][{name!r}]")
 
@@ -416,9 +414,10 @@ def _check_layers(fields: Fields, layers, node_count: int) -> None:
                               provider)
         if layer.get("alias") is not None:
             _check_alias(fields, layer, path)
-        for k, tactic in enumerate(fields.sequence(layer.get("profile_tactics") or [], f"{path}.profile_tactics")):
-            if _check_tactic(fields, tactic, f"{path}.profile_tactics[{k}]", ("provider",)) != provider:
-                raise fields.fail(f"{path}.profile_tactics[{k}].provider", f"the tactic's ({provider})", tactic)
+        for key in ("profile_tactics", "generic_tactics"):  # (a generic tactic may be None: the tuned one)
+            for k, tactic in enumerate(fields.sequence(layer.get(key) or [], f"{path}.{key}")):
+                if tactic is not None and _check_tactic(fields, tactic, f"{path}.{key}[{k}]", ("provider",)) != provider:
+                    raise fields.fail(f"{path}.{key}[{k}].provider", f"the tactic's ({provider})", tactic)
 
 
 def _check_alias(fields: Fields, layer: dict, path: str) -> None:

@@ -55,6 +55,10 @@ class Specialization:
         self.input_views = {name: self._view(context, name) for name in graph.inputs}
         self.launches: list[PreparedLaunch] = []
         self.layer_launches: list[tuple[str, int, int]] = []
+        profile = engine.profiles[context.profile_index]
+        #: At the profile's opt shapes the layers run their tuned tactics, else their generic
+        #: ones (:mod:`plugrt.engine.generic`).
+        self.at_opt = all(tuple(shapes.get(name, ())) == tuple(entry[1]) for name, entry in profile.shapes.items())
         #: Each launching layer's tactic name (the context's profile's choice).
         self.tactics: dict[str, str] = {}
         started = time.perf_counter()
@@ -69,7 +73,9 @@ class Specialization:
             outs = [self._view(context, name) if name else None for name in node.outputs]
             if all(o is None or o.size == 0 for o in outs):
                 continue
-            tactic = find_tactic(engine.registry, node, graph, layer.tactic_for(context.profile_index))
+            index = context.profile_index
+            tactic = find_tactic(engine.registry, node, graph,
+                                 layer.tactic_for(index) if self.at_opt else layer.generic_for(index))
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
                 key = layer_key(engine.registry, node, graph, tactic)

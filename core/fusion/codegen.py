@@ -127,9 +127,10 @@ def _kernel_header(program: Program, kinds: Sequence[str]) -> list[str]:
 UNROLL = 4
 
 
-def chain_kernel(program: Program, out_shape: tuple[int, ...], unroll: int):
-    """The generated kernel ``kernel(n, table, *outputs, *leaves)`` and its leaf kinds."""
-    kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+def chain_kernel(program: Program, out_shape: tuple[int, ...], unroll: int, kinds: list | None = None):
+    """The generated kernel ``kernel(n, table, *outputs, *leaves)`` and its leaf kinds
+    (given, or each leaf's at these shapes)."""
+    kinds = kinds if kinds is not None else [leaf_kind(info, out_shape) for info in program.leaves]
     ndim = len(out_shape)
     lines = _kernel_header(program, kinds)
     lines += ["    stride = int64(cuda.gridsize(1))", f"    for i in range(int64(cuda.grid(1)), n, stride * {unroll}):"]
@@ -273,7 +274,9 @@ VECTOR_UNROLLS = (1, 2)
 
 def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwise") -> list[Tactic]:
     """Every tactic for ``program``: the scalar grid-stride kernel first, then (where
-    :func:`vectorizable`) the 16-byte vector variants the tuner may prefer."""
+    :func:`vectorizable`) the 16-byte vector variants the tuner may prefer, and last the
+    ``general`` one, whose code is the same at every shape of the same ranks (the kernel a
+    dynamic profile's other shapes run, :mod:`plugrt.engine.generic`)."""
     found = [chain_tactic(program, outputs, name)]
     if vectorizable(program, outputs) and int(np.prod([int(d) for d in outputs[0].shape], dtype=np.int64)) >= 4:
         found += [chain_tactic(program, outputs, f"{name}_vec4x{unroll}", unroll, vector=True)
@@ -281,20 +284,23 @@ def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwi
     elif vectorizable8(program, outputs):
         found += [chain_tactic(program, outputs, f"{name}_vec8x{unroll}", unroll, vector=VECTOR)
                   for unroll in VECTOR_UNROLLS]
-    return found
+    return found + [chain_tactic(program, outputs, f"{name}_general", 1, general=True)]
 
 
 def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None,
-                 vector: int = 0) -> Tactic:
+                 vector: int = 0, general: bool = False) -> Tactic:
     """A tactic computing ``program``'s results elementwise over the outputs' shape.
 
     With ``vector`` 4 (only where :func:`vectorizable`), elements go four at a time through
     16-byte float32 loads and stores; with 8 (where :func:`vectorizable8`) eight at a time
     through :func:`plugrt.kernels.vector8`; ``unroll`` vectors per trip. On arrays that
-    are not 16-byte aligned it launches the scalar kernel instead.
+    are not 16-byte aligned it launches the scalar kernel instead. ``general``: every
+    leaf but a rank-0 one read through its strides, whatever its shape at these shapes.
     """
     out_shape = tuple(int(d) for d in outputs[0].shape) or (1,)
     kinds = [leaf_kind(info, out_shape) for info in program.leaves]
+    if general:
+        kinds = [None if info is None else SCALAR if len(info.shape) == 0 else STRIDED for info in program.leaves]
     vector = 4 if vector is True else int(vector)
     if unroll is None:
         unroll = 1 if STRIDED in kinds else UNROLL
@@ -302,7 +308,7 @@ def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwis
         kernel, kinds = (vector8_kernel if vector == VECTOR else vector_kernel)(program, out_shape, unroll)
         scalar, _ = chain_kernel(program, out_shape, 1 if STRIDED in kinds else UNROLL)
     else:
-        kernel, kinds = chain_kernel(program, out_shape, unroll)
+        kernel, kinds = chain_kernel(program, out_shape, unroll, kinds if general else None)
     table = _table(program, kinds, out_shape)
 
     def launches(ins, outs, workspace):
@@ -317,7 +323,7 @@ def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwis
         return [Launch(scalar if vector else kernel, blocks, threads, args)]
 
     params = {"unroll": unroll, "vector": vector} if vector else {"unroll": unroll}
-    return Tactic(name, launches, params)
+    return Tactic(name, launches, {**params, "general": True} if general else params)
 
 
 def epilogue(program: Program, out_shape: Sequence[int], first: int, label: str = "") -> Epilogue:

@@ -342,14 +342,16 @@ SIM_CONFIGS: tuple[FlashConfig, ...] = (
 
 
 def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: float,
-                 guard_nan: bool = False) -> Tactic | None:
-    """One tactic of the SIMT kernel, or ``None`` when the tile does not fit the problem."""
+                 guard_nan: bool = False, ragged: bool = False) -> Tactic | None:
+    """One tactic of the SIMT kernel, or ``None`` when the tile does not fit the problem;
+    ``ragged``: bounds-checked even where the sequences fill whole tiles (``params["even"]``
+    says which checks are left out: a kernel for every shape has none left out)."""
     config.check()
     lay = config.layout(shapes.d, shapes.dv)
     if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
-    even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
+    even_q, even_k = (False, False) if ragged else (shapes.sq % config.bq == 0, shapes.sk % config.bk == 0)
     kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
                           bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
-    return Tactic(config.name, launches, config.params())
+    return Tactic(config.name, launches, {**config.params(), "even": [even_q, even_k]})

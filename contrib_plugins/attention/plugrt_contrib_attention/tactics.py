@@ -62,18 +62,26 @@ def for_dtype(configs, dtype, gpu: bool | None = None) -> tuple:
 def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
                       guard_nan: bool = False) -> list[Tactic]:
     """The tactics for a problem, in preference order; ``configs`` replaces
-    :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute."""
-    tactics = []
+    :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute. A tile the
+    sequences fill exactly (no bounds checks: ``params["even"]``) is followed, after all
+    the others, by its bounds-checked twin: the kernel that serves every sequence length
+    of a dynamic profile (:mod:`plugrt.engine.generic`)."""
+    tactics, twins = [], []
     for config in configs if configs is not None else for_dtype(candidates(), dtype):
-        if isinstance(config, tensor_cores_f16.F16Config):
-            tactic = tensor_cores_f16.f16_tactic(config, shapes, dtype, scale, guard_nan=guard_nan)
-        elif isinstance(config, tensor_cores.Tf32Config):
-            tactic = tensor_cores.tf32_tactic(config, shapes, dtype, scale, guard_nan=guard_nan)
-        else:
-            tactic = simt.flash_tactic(config, shapes, dtype, scale, guard_nan)
+        tactic = _tactic(config, shapes, dtype, scale, guard_nan, False)
         if tactic is not None:
             tactics.append(tactic)
-    return tactics
+            if any(tactic.params["even"]):
+                twins.append(_tactic(config, shapes, dtype, scale, guard_nan, True))
+    return tactics + twins
+
+
+def _tactic(config, shapes: AttentionShapes, dtype, scale: float, guard_nan: bool, ragged: bool) -> Tactic | None:
+    if isinstance(config, tensor_cores_f16.F16Config):
+        return tensor_cores_f16.f16_tactic(config, shapes, dtype, scale, guard_nan=guard_nan, ragged=ragged)
+    if isinstance(config, tensor_cores.Tf32Config):
+        return tensor_cores.tf32_tactic(config, shapes, dtype, scale, guard_nan=guard_nan, ragged=ragged)
+    return simt.flash_tactic(config, shapes, dtype, scale, guard_nan, ragged)
 
 
 def fits_head_sizes(d: int, dv: int) -> bool:

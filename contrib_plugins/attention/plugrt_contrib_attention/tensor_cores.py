@@ -347,15 +347,16 @@ SIM_CONFIGS: tuple[Tf32Config, ...] = (Tf32Config(1, 1, 8),)
 
 
 def tf32_tactic(config: Tf32Config, shapes: AttentionShapes, dtype, scale: float,
-                emulated: bool | None = None, guard_nan: bool = False) -> Tactic | None:
-    """One tensor-core tactic, or ``None`` when the tile does not fit the problem."""
+                emulated: bool | None = None, guard_nan: bool = False, ragged: bool = False) -> Tactic | None:
+    """One tensor-core tactic, or ``None`` when the tile does not fit the problem
+    (``ragged``: as :func:`plugrt_contrib_attention.simt.flash_tactic`'s)."""
     config.check()
     lay = Tf32Layout.of(config, shapes.d, shapes.dv)
     if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
     emulated = simulated() if emulated is None else bool(emulated)
-    even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
+    even_q, even_k = (False, False) if ragged else (shapes.sq % config.bq == 0, shapes.sk % config.bk == 0)
     kernel = tf32_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
                          emulated, bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
-    return Tactic(config.name, launches, config.params(), math="tf32")
+    return Tactic(config.name, launches, {**config.params(), "even": [even_q, even_k]}, math="tf32")

@@ -354,7 +354,7 @@ SIM_CONFIGS: tuple[F16Config, ...] = (F16Config(1, 1, 16),)
 
 
 def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
-               emulated: bool | None = None, guard_nan: bool = False) -> Tactic | None:
+               emulated: bool | None = None, guard_nan: bool = False, ragged: bool = False) -> Tactic | None:
     """One FP16 tensor-core tactic for float16 data, or ``None`` (other dtypes, a tile that
     does not fit). FP16 products on FP16 data need no ``math`` flag: the builder allows
     them wherever the tensors are float16, as for the FP16 GEMMs."""
@@ -365,7 +365,8 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
     lay = F16Layout.of(config, shapes.d, shapes.dv, emulated)
     if lay.nbytes > MAX_SHARED_BYTES or shapes.blocks(config.bq) > MAX_BLOCKS:
         return None
-    even_q, even_k = shapes.sq % config.bq == 0, shapes.sk % config.bk == 0
+    even_q, even_k = (False, False) if ragged else (shapes.sq % config.bq == 0, shapes.sk % config.bk == 0)
+    params = {**config.params(), "even": [even_q, even_k]}  # (ragged: as simt.flash_tactic's)
     mask_rows = shapes.has_mask and shapes.mask_strides[2] == 0
 
     def launch_list(vector: bool):
@@ -375,7 +376,7 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
 
     plain = launch_list(False)
     if not shapes.aligned(8):
-        return Tactic(config.name, plain, config.params())
+        return Tactic(config.name, plain, params)
     vector = launch_list(True)
 
     def launches(ins, outs, workspace):
@@ -383,4 +384,4 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
             return vector(ins, outs, workspace)
         return plain(ins, outs, workspace)
 
-    return Tactic(config.name, launches, config.params())
+    return Tactic(config.name, launches, params)

@@ -1,0 +1,149 @@
+"""Shape-generic tactics: kernels that serve every shape of a profile, so that a shape no
+context has seen compiles nothing.
+
+A layer runs its tuned tactic (:attr:`LayerRecord.tactic`, per profile
+:meth:`LayerRecord.tactic_for`) at the profile's opt shapes, the one it was timed at, and
+its *generic* tactic at any other shape (:meth:`LayerRecord.generic_for`). A tactic is
+generic when its launches run the same code at the profile's min and max shapes and at an
+odd shape between them (:func:`probe_shapes`): the same launch keys and the same kernel
+identities (:func:`plugrt.binaries.kernel_identity`), so one compiled kernel each (the
+plan carries them, :mod:`plugrt.engine.plan_kernels`) serves every shape. The tuned
+tactic is kept as the generic one where it is generic itself; otherwise the first generic
+tactic the plugin offers at opt shapes, those of the tuned tactic's name first (a plugin
+offers a twin without its shape-specialized code paths under the same name, as the
+attention plugin's bounds-checked tiles), then in its preference order. A layer with none
+is named in a warning: a new shape compiles its kernels at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import numpy as np
+
+from plugrt import binaries
+from plugrt.errors import PlugrtError
+from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.tuning.kernel_keys import layer_key
+
+log = logging.getLogger("plugrt.builder")
+
+
+def probe_shapes(profile) -> list[dict]:
+    """The shapes a tactic must run the same code at to be generic over ``profile``: its
+    min and max shapes and one between (each dim halfway, made odd where the range
+    allows); fewer where they coincide. Empty for a profile of one shape."""
+    low = {name: tuple(entry[0]) for name, entry in profile.shapes.items()}
+    high = {name: tuple(entry[2]) for name, entry in profile.shapes.items()}
+    middle = {name: tuple(_odd_between(a, c) for a, c in zip(low[name], high[name])) for name in low}
+    found = []
+    for shapes in (low, high, middle):
+        if shapes not in found:
+            found.append(shapes)
+    return found if len(found) > 1 else []
+
+
+def _odd_between(a: int, c: int) -> int:
+    middle = (a + c) // 2
+    if middle % 2 == 0 and a < middle + 1 <= c:
+        return middle + 1
+    return middle
+
+
+def choose_generic(engine) -> None:
+    """Set each layer's generic tactic per profile (:attr:`LayerRecord.generic_tactics`);
+    warn once naming the layers with none."""
+    registry, layers = engine.registry, engine.layers
+    generic: dict[int, list] = {}
+    missing: list[str] = []
+    for index, profile in enumerate(engine.profiles):
+        probes = probe_shapes(profile)
+        if not probes:
+            continue
+        graphs = [concretize(engine.graph, shapes, registry, profile.shape_values) for shapes in probes]
+        opt = concretize(engine.graph, {n: e[1] for n, e in profile.shapes.items()}, registry, profile.shape_values)
+        for k, layer in enumerate(layers):
+            node = engine.graph.nodes[layer.node_index]
+            if layer.alias is not None or is_host_node(graphs[0], graphs[0].nodes[layer.node_index]):
+                continue
+            tuned = layer.tactic_for(index)
+            chosen = _generic_tactic(registry, opt.nodes[layer.node_index], opt, graphs, layer, tuned)
+            if chosen is None:
+                missing.append(f"{node.name} (profile {index})")
+            generic.setdefault(k, [None] * len(engine.profiles))[index] = chosen if chosen != tuned else None
+    for k, entries in generic.items():
+        if any(entry is not None for entry in entries):
+            layers[k] = layers[k].with_generic(entries)
+    if missing:
+        log.warning("%d layer(s) have no tactic that runs the same kernels at every shape of their profile: %s; "
+                    "a shape other than the opt shape compiles their kernels when a context first runs it",
+                    len(missing), ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
+
+
+def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict) -> dict | None:
+    """The tuned tactic when it is generic, else the first generic one offered at opt
+    shapes by the tuned tactic's provider; ``None`` when none is."""
+    from plugrt.engine.specialization import find_tactic
+
+    op = registry.op(node)
+    offered = registry.tactics(op, node, [opt_graph.info(n) if n else None for n in node.inputs],
+                               [opt_graph.info(n) for n in node.outputs if n])
+    others = [t.identity() for t in offered if t.provider == tuned.get("provider")
+              and (t.name, dict(t.params)) != (tuned["name"], tuned["params"])]
+    # The tuned tactic's namesakes first (a plugin's twin of it without shape-specialized
+    # code paths), then the rest in the plugin's order.
+    candidates = [tuned] + sorted(others, key=lambda t: t["name"] != tuned["name"])
+    for candidate in candidates:
+        signatures = set()
+        for graph in graphs:
+            try:
+                tactic = find_tactic(registry, graph.nodes[layer.node_index], graph, candidate)
+                if tactic.name != candidate["name"]:
+                    break
+                signatures.add(signature(registry, graph.nodes[layer.node_index], graph, tactic))
+            except PlugrtError:
+                break
+            except Exception as exc:  # noqa: BLE001 - a plugin failing at a probe shape: not generic
+                log.info("%s: tactic %s not probed (%s: %s)", node.describe(), candidate["name"],
+                         type(exc).__name__, exc)
+                break
+            if len(signatures) > 1:
+                break
+        else:
+            return candidate
+    return None
+
+
+def signature(registry, node, graph, tactic) -> tuple:
+    """What ``tactic``'s launches for ``node`` at ``graph``'s shapes compile: each launch's
+    key and kernel identity (arrays of the right shapes stand in for the tensors)."""
+    ins = [_stand_in(graph, name) if name else None for name in node.inputs]
+    outs = [_stand_in(graph, name) if name else None for name in node.outputs]
+    workspace = _buffer(int(tactic.workspace_bytes)) if tactic.workspace_bytes else None
+    key = layer_key(registry, node, graph, tactic)
+    return tuple(launch_key(None if key is None else f"{key}/{i}", launch.kernel)
+                 for i, launch in enumerate(tactic.launches(ins, outs, workspace)))
+
+
+def launch_key(key: str | None, kernel) -> str:
+    """One launch's code: its key and its kernel's identity (the full key but for the
+    argument types, which dtypes and ranks fix, and the GPU)."""
+    text = f"{key}\n{binaries.kernel_identity(kernel)}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _stand_in(graph, name: str):
+    from numba import cuda
+
+    info = graph.info(name)
+    value = graph.values[name].const if graph.values[name].const is not None else info.value
+    if value is not None:
+        return cuda.to_device(np.ascontiguousarray(np.asarray(value, info.dtype).reshape(info.shape)))
+    return cuda.device_array(tuple(int(d) for d in info.shape), info.dtype)
+
+
+def _buffer(nbytes: int):
+    from numba import cuda
+
+    return cuda.device_array(nbytes, np.uint8)

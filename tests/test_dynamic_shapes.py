@@ -1,0 +1,107 @@
+"""Shapes a context has not seen compile nothing (issue 19, part 2): a layer runs its tuned
+tactic at the profile's opt shapes and a generic one elsewhere (:mod:`plugrt.engine.generic`),
+whose kernels the plan carries (:func:`plugrt.engine.plan_kernels.planned_keys`); a
+transformer export with dynamic batch and sequence runs every sequence length of its
+profile against onnxruntime, each shape's launches among the plan's."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from plugrt.device import simulated
+from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile, generic, plan_kernels
+
+from test_profiles import build, conv_model, expected, fresh
+
+EXPORTS = pathlib.Path(__file__).resolve().parent / "data" / "exports"
+
+
+def bert_with_dynamic_sequence():
+    """The tiny HF BERT export (hidden 32, two layers) with its sequence axis made dynamic
+    (the exported graph computes its shapes from the input's)."""
+    model = onnx.load(EXPORTS / "bert.onnx")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    del model.graph.value_info[:]
+    return model
+
+
+def test_probe_shapes_are_min_max_and_an_odd_shape_between():
+    profile = OptimizationProfile().set_shape("x", (1, 1, 8), (2, 8, 8), (4, 16, 8))
+    assert generic.probe_shapes(profile) == [{"x": (1, 1, 8)}, {"x": (4, 16, 8)}, {"x": (3, 9, 8)}]
+    assert generic.probe_shapes(OptimizationProfile().set_shape("x", (2, 3), (2, 3), (2, 3))) == []
+
+
+def test_a_transformer_runs_every_sequence_length_with_the_plans_kernels(tmp_path):
+    model = bert_with_dynamic_sequence()
+    profile = OptimizationProfile().set_shape("input_ids", (1, 1), (1, 3), (2, 5))  # probes (1, 1), (2, 5), (1, 3)
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(profile)
+    path = tmp_path / "bert.plan"
+    Builder().build_engine(model, config).save(str(path))
+    engine = Engine.load(str(path))
+    planned = plan_kernels.planned_keys(engine)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(19)
+    with engine.create_execution_context() as context:
+        for batch, seq in [(1, s) for s in range(1, 6)] + [(2, 4)]:
+            ids = rng.integers(0, 100, (batch, seq)).astype(np.int64)
+            got = context.execute({"input_ids": ids})
+            want = session.run(None, {"input_ids": ids})[0]
+            np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"batch {batch}, seq {seq}")
+            needed = {generic.launch_key(launch.key, launch.launch.kernel) for launch in context.current.launches}
+            assert needed <= planned, f"batch {batch}, seq {seq}: {len(needed - planned)} kernel(s) not in the plan"
+
+
+def test_a_layer_whose_tuned_tactic_bakes_shapes_in_runs_a_generic_one_elsewhere(monkeypatch, rng):
+    """The tuned tactic of every layer is made to look shape-specialized (its signature
+    names the shape): each layer with another tactic that is not gets that one as its
+    generic tactic, kept in the plan and run at any shape but opt."""
+    real = generic.signature
+
+    def signature(registry, node, graph, tactic):
+        found = real(registry, node, graph, tactic)
+        tuned = {layer.tactic["name"] for layer in tuned_layers}
+        return found + ((str(graph.info(node.outputs[0]).shape),) if tactic.name in tuned else ())
+
+    tuned_layers = build(1, conv_model(7), optimization_level=0).layers
+    monkeypatch.setattr(generic, "signature", signature)
+    model = conv_model(7)
+    engine = Engine.deserialize(build(1, model, optimization_level=0).serialize())
+    switched = [layer for layer in engine.layers if layer.generic_tactics and layer.generic_tactics[0]]
+    assert switched and all(layer.generic_for(0) != layer.tactic for layer in switched)
+    assert all(layer.generic_for(0) == layer.tactic for layer in engine.layers if layer not in switched)
+    names = {engine.graph.nodes[layer.node_index].name: layer for layer in engine.layers}
+    with engine.create_execution_context() as context:
+        for batch in (1, 2):  # opt, then another shape
+            x = fresh(rng, batch)
+            np.testing.assert_allclose(context.execute({"x": x})["y"], expected(model, x), 1e-4, 1e-5)
+            for name, tactic in context.current.tactics.items():
+                layer = names[name]
+                assert tactic == (layer.tactic if batch == 1 else layer.generic_for(0))["name"]
+    inspected = {layer["name"]: layer for layer in engine.inspect()["layers"]}
+    assert any(entry["generic_tactics"] for entry in inspected.values())
+
+
+@pytest.mark.skipif(simulated(), reason="kernels are compiled only on a GPU")
+def test_on_a_gpu_a_loaded_plan_compiles_no_kernel_for_any_shape_of_its_profile(tmp_path, rng):
+    from plugrt import binaries
+
+    model = conv_model(8)
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 3, 4, 4), (4, 3, 4, 4), (9, 3, 4, 4)))
+    path = tmp_path / "conv.plan"
+    Builder().build_engine(model, config).save(str(path))
+    binaries.clear()
+    engine = Engine.load(str(path))
+    with engine.create_execution_context() as context:
+        for batch in (2, 3, 7, 8):  # none of them the opt shape or a probe shape
+            x = fresh(rng, batch)
+            np.testing.assert_allclose(context.execute({"x": x})["y"], expected(model, x), 1e-4, 1e-5)
+    assert binaries.stats()["compiled"] == 0, binaries.stats()
