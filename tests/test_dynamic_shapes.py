@@ -65,8 +65,8 @@ def test_a_layer_whose_tuned_tactic_bakes_shapes_in_runs_a_generic_one_elsewhere
     generic tactic, kept in the plan and run at any shape but opt."""
     real = generic.signature
 
-    def signature(registry, node, graph, tactic):
-        found = real(registry, node, graph, tactic)
+    def signature(registry, node, graph, tactic, weights=None):
+        found = real(registry, node, graph, tactic, weights)
         tuned = {layer.tactic["name"] for layer in tuned_layers}
         return found + ((str(graph.info(node.outputs[0]).shape),) if tactic.name in tuned else ())
 

@@ -68,7 +68,8 @@ def choose_generic(engine) -> None:
             if layer.alias is not None or is_host_node(graphs[0], graphs[0].nodes[layer.node_index]):
                 continue
             tuned = layer.tactic_for(index)
-            chosen = _generic_tactic(registry, opt.nodes[layer.node_index], opt, graphs, layer, tuned)
+            chosen = _generic_tactic(registry, opt.nodes[layer.node_index], opt, graphs, layer, tuned,
+                                     engine.device_weights())
             if chosen is None:
                 missing.append(f"{node.name} (profile {index})")
             generic.setdefault(k, [None] * len(engine.profiles))[index] = chosen if chosen != tuned else None
@@ -81,7 +82,7 @@ def choose_generic(engine) -> None:
                     len(missing), ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
 
 
-def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict) -> dict | None:
+def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict, weights: dict) -> dict | None:
     """The tuned tactic when it is generic, else the first generic one offered at opt
     shapes by the tuned tactic's provider; ``None`` when none is."""
     from plugrt.engine.specialization import find_tactic
@@ -101,7 +102,7 @@ def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict)
                 tactic = find_tactic(registry, graph.nodes[layer.node_index], graph, candidate)
                 if tactic.name != candidate["name"]:
                     break
-                signatures.add(signature(registry, graph.nodes[layer.node_index], graph, tactic))
+                signatures.add(signature(registry, graph.nodes[layer.node_index], graph, tactic, weights))
             except PlugrtError:
                 break
             except Exception as exc:  # noqa: BLE001 - a plugin failing at a probe shape: not generic
@@ -115,10 +116,13 @@ def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict)
     return None
 
 
-def signature(registry, node, graph, tactic) -> tuple:
+def signature(registry, node, graph, tactic, weights: dict | None = None) -> tuple:
     """What ``tactic``'s launches for ``node`` at ``graph``'s shapes compile: each launch's
-    key and kernel identity (arrays of the right shapes stand in for the tensors)."""
-    ins = [_stand_in(graph, name) if name else None for name in node.inputs]
+    key and kernel identity (the engine's ``weights`` on the device, and arrays of the
+    right shapes for the other tensors, stand in)."""
+    weights = weights or {}
+    ins = [weights.get(name) if name in weights else _stand_in(graph, name) if name else None
+           for name in node.inputs]
     outs = [_stand_in(graph, name) if name else None for name in node.outputs]
     workspace = _buffer(int(tactic.workspace_bytes)) if tactic.workspace_bytes else None
     key = layer_key(registry, node, graph, tactic)
