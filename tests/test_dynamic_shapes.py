@@ -31,15 +31,17 @@ def bert_with_dynamic_sequence():
     return model
 
 
-def test_probe_shapes_are_min_max_and_an_odd_shape_between():
+def test_probe_shapes_are_min_max_an_odd_shape_between_and_powers_of_two():
     profile = OptimizationProfile().set_shape("x", (1, 1, 8), (2, 8, 8), (4, 16, 8))
     assert generic.probe_shapes(profile) == [{"x": (1, 1, 8)}, {"x": (4, 16, 8)}, {"x": (3, 9, 8)}]
+    ranged = OptimizationProfile().set_shape("x", (3, 1), (4, 64), (7, 100))
+    assert generic.probe_shapes(ranged) == [{"x": (3, 1)}, {"x": (7, 100)}, {"x": (5, 51)}, {"x": (4, 64)}]
     assert generic.probe_shapes(OptimizationProfile().set_shape("x", (2, 3), (2, 3), (2, 3))) == []
 
 
 def test_a_transformer_runs_every_sequence_length_with_the_plans_kernels(tmp_path):
     model = bert_with_dynamic_sequence()
-    profile = OptimizationProfile().set_shape("input_ids", (1, 1), (1, 3), (2, 5))  # probes (1, 1), (2, 5), (1, 3)
+    profile = OptimizationProfile().set_shape("input_ids", (1, 1), (1, 3), (2, 5))  # probes (1|2, 1|5|3|4)
     config = BuilderConfig(progress=False, tf32=False)
     config.add_optimization_profile(profile)
     path = tmp_path / "bert.plan"

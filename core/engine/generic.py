@@ -4,14 +4,14 @@ context has seen compiles nothing.
 A layer runs its tuned tactic (:attr:`LayerRecord.tactic`, per profile
 :meth:`LayerRecord.tactic_for`) at the profile's opt shapes, the one it was timed at, and
 its *generic* tactic at any other shape (:meth:`LayerRecord.generic_for`). A tactic is
-generic when its launches run the same code at the profile's min and max shapes and at an
-odd shape between them (:func:`probe_shapes`): the same launch keys and the same kernel
+generic when its launches run the same code at the profile's min and max shapes, at an
+odd shape between them and at one of powers of two (:func:`probe_shapes`): the same launch keys and the same kernel
 identities (:func:`plugrt.binaries.kernel_identity`), so one compiled kernel each (the
 plan carries them, :mod:`plugrt.engine.plan_kernels`) serves every shape. The tuned
 tactic is kept as the generic one where it is generic itself; otherwise the first generic
-tactic the plugin offers at opt shapes, those of the tuned tactic's name first (a plugin
-offers a twin without its shape-specialized code paths under the same name, as the
-attention plugin's bounds-checked tiles), then in its preference order. A layer with none
+tactic the plugin offers at opt shapes, those named after the tuned one first (a plugin
+offers a twin without its shape-specialized code paths, as the attention plugin's
+bounds-checked ``NAME_ragged`` tiles), then in its preference order. A layer with none
 is named in a warning: a new shape compiles its kernels at run time.
 """
 
@@ -32,16 +32,25 @@ log = logging.getLogger("plugrt.builder")
 
 def probe_shapes(profile) -> list[dict]:
     """The shapes a tactic must run the same code at to be generic over ``profile``: its
-    min and max shapes and one between (each dim halfway, made odd where the range
-    allows); fewer where they coincide. Empty for a profile of one shape."""
+    min and max shapes, one between (each dim halfway, made odd where the range allows)
+    and one of powers of two (each dim the largest in its range: where tiles divide the
+    sizes); fewer where they coincide. Empty for a profile of one shape."""
     low = {name: tuple(entry[0]) for name, entry in profile.shapes.items()}
     high = {name: tuple(entry[2]) for name, entry in profile.shapes.items()}
     middle = {name: tuple(_odd_between(a, c) for a, c in zip(low[name], high[name])) for name in low}
+    even = {name: tuple(_power_of_two_within(a, c) for a, c in zip(low[name], high[name])) for name in low}
     found = []
-    for shapes in (low, high, middle):
+    for shapes in (low, high, middle, even):
         if shapes not in found:
             found.append(shapes)
     return found if len(found) > 1 else []
+
+
+def _power_of_two_within(a: int, c: int) -> int:
+    """The largest power of two in ``[a, c]`` (tiles divide it: a kernel that leaves out
+    bounds checks there shows it), else ``a``."""
+    power = 1 << max(int(c), 1).bit_length() - 1
+    return power if power >= a else a
 
 
 def _odd_between(a: int, c: int) -> int:
@@ -92,9 +101,9 @@ def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict,
                                [opt_graph.info(n) for n in node.outputs if n])
     others = [t.identity() for t in offered if t.provider == tuned.get("provider")
               and (t.name, dict(t.params)) != (tuned["name"], tuned["params"])]
-    # The tuned tactic's namesakes first (a plugin's twin of it without shape-specialized
-    # code paths), then the rest in the plugin's order.
-    candidates = [tuned] + sorted(others, key=lambda t: t["name"] != tuned["name"])
+    # Those named after the tuned tactic first (a plugin's twin of it without its
+    # shape-specialized code paths, "NAME_ragged"), then the rest in the plugin's order.
+    candidates = [tuned] + sorted(others, key=lambda t: not t["name"].startswith(tuned["name"]))
     for candidate in candidates:
         signatures = set()
         for graph in graphs:

@@ -354,4 +354,4 @@ def flash_tactic(config: FlashConfig, shapes: AttentionShapes, dtype, scale: flo
     kernel = flash_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
                           bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
-    return Tactic(config.name, launches, {**config.params(), "even": [even_q, even_k]})
+    return Tactic(config.name + ("_ragged" if ragged else ""), launches, {**config.params(), "even": [even_q, even_k]})

@@ -62,17 +62,17 @@ def for_dtype(configs, dtype, gpu: bool | None = None) -> tuple:
 def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
                       guard_nan: bool = False) -> list[Tactic]:
     """The tactics for a problem, in preference order; ``configs`` replaces
-    :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute. A tile the
-    sequences fill exactly (no bounds checks: ``params["even"]``) is followed, after all
-    the others, by its bounds-checked twin: the kernel that serves every sequence length
-    of a dynamic profile (:mod:`plugrt.engine.generic`)."""
+    :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute. After all
+    of them come their bounds-checked twins (``NAME_ragged``, offered at every shape:
+    ``params["even"]`` says which bounds checks a tactic leaves out where the sequences
+    fill whole tiles): the kernels that serve every sequence length of a dynamic profile
+    (:mod:`plugrt.engine.generic`)."""
     tactics, twins = [], []
     for config in configs if configs is not None else for_dtype(candidates(), dtype):
         tactic = _tactic(config, shapes, dtype, scale, guard_nan, False)
         if tactic is not None:
             tactics.append(tactic)
-            if any(tactic.params["even"]):
-                twins.append(_tactic(config, shapes, dtype, scale, guard_nan, True))
+            twins.append(_tactic(config, shapes, dtype, scale, guard_nan, True))
     return tactics + twins
 
 

@@ -359,4 +359,5 @@ def tf32_tactic(config: Tf32Config, shapes: AttentionShapes, dtype, scale: float
     kernel = tf32_kernel(config, shapes.d, shapes.dv, np.dtype(dtype).name, shapes.has_mask, even_q, even_k,
                          emulated, bool(guard_nan), shapes.causal, shapes.causal_fill, shapes.skips_keys)
     launches = shapes.launch_list(kernel, config.bq, config.threads, lay.nbytes, dtype, scale)
-    return Tactic(config.name, launches, {**config.params(), "even": [even_q, even_k]}, math="tf32")
+    return Tactic(config.name + ("_ragged" if ragged else ""), launches, {**config.params(), "even": [even_q, even_k]},
+                  math="tf32")

@@ -367,6 +367,7 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
         return None
     even_q, even_k = (False, False) if ragged else (shapes.sq % config.bq == 0, shapes.sk % config.bk == 0)
     params = {**config.params(), "even": [even_q, even_k]}  # (ragged: as simt.flash_tactic's)
+    name = config.name + ("_ragged" if ragged else "")
     mask_rows = shapes.has_mask and shapes.mask_strides[2] == 0
 
     def launch_list(vector: bool):
@@ -376,7 +377,7 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
 
     plain = launch_list(False)
     if not shapes.aligned(8):
-        return Tactic(config.name, plain, params)
+        return Tactic(name, plain, params)
     vector = launch_list(True)
 
     def launches(ins, outs, workspace):
@@ -384,4 +385,4 @@ def f16_tactic(config: F16Config, shapes: AttentionShapes, dtype, scale: float,
             return vector(ins, outs, workspace)
         return plain(ins, outs, workspace)
 
-    return Tactic(config.name, launches, params)
+    return Tactic(name, launches, params)

@@ -220,13 +220,18 @@ def test_tactics_are_ordered_and_named():
     assert names[0] == "flash64x64_t8x16_scalar"  # plain Numba: the tuner verifies the others against it
     assert [t.math for t in found[1:3]] == ["tf32", "tf32"]  # timed at the default level when TF32 is on
     assert [t.name for t in found if not t.math][:4] == [c.name for c in simt.GPU_CONFIGS[:4]]
-    assert len(set(names)) == len(names) == len(configs)
+    # Then each one's bounds-checked twin, the kernel every sequence length of a dynamic
+    # profile runs (512 fills whole tiles: the tactics above leave the checks out).
+    assert len(set(names)) == len(names) == 2 * len(configs)
+    assert names[len(configs):] == [f"{name}_ragged" for name in names[:len(configs)]]
+    assert all(any(t.params["even"]) for t in found[:len(configs)])
+    assert not any(any(t.params["even"]) for t in found[len(configs):])
     for config in simt.GPU_CONFIGS:
         assert config.layout(64, 64).nbytes <= MAX_SHARED_BYTES
     for config in tensor_cores.GPU_CONFIGS:
         assert tensor_cores.Tf32Layout.of(config, 64, 64).nbytes <= MAX_SHARED_BYTES
     big = AttentionShapes.of((1, 1, 8, 512), (1, 1, 8, 512), (1, 1, 8, 512))
-    assert len(tactics.attention_tactics(big, np.float32, 1.0, configs)) < len(configs)
+    assert len(tactics.attention_tactics(big, np.float32, 1.0, configs)) < 2 * len(configs)
 
 
 def test_kernels_compile_for_sm90():
