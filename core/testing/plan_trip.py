@@ -133,10 +133,11 @@ def _with_tactic(engine, position: int, tactic):
 
     layers = list(engine.layers)
     layers[position] = replace(layers[position], tactic=tactic.identity(), workspace_bytes=int(tactic.workspace_bytes),
-                               tactic_provider=dict(tactic.source) if tactic.source else None)
+                               tactic_provider=dict(tactic.source) if tactic.source else None,
+                               generic_tactics=None)  # (the tactic at every shape)
     workspace = max(layer.workspace_bytes for layer in layers)
     return Engine(engine.graph, engine.profile, layers, engine.offsets, engine.arena_bytes, workspace,
-                  engine.registry, engine.shapes, engine.device, engine.passes)
+                  engine.registry, engine.shapes, engine.device, engine.passes, profiles=engine.profiles)
 
 
 @contextlib.contextmanager
