@@ -27,6 +27,9 @@ def add_shape_options(parser) -> None:
 def add_build_options(parser) -> None:
     """Every option of ``plugrt build`` but the model and ``-o``."""
     add_shape_options(parser)
+    parser.add_argument("--specialize-shapes", action="append", default=[], metavar="NAME:DxDx..,...",
+                        help="also tune every layer at these input shapes (inside a profile; repeatable): a context "
+                             "runs those tactics at exactly them, the generic ones at other shapes")
     parser.add_argument("--no-fusion", action="store_true",
                         help="keep every op its own layer (no weight folding, pattern or kernel fusion)")
     parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
@@ -86,7 +89,7 @@ def add_build_options(parser) -> None:
 
 #: The build options that change what is built (``plugrt bench`` refuses them for a plan).
 BUILD_ONLY = (("min_shapes", "--min-shapes", []), ("opt_shapes", "--opt-shapes", []), ("max_shapes", "--max-shapes", []),
-              ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
+              ("specialize_shapes", "--specialize-shapes", []), ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
               ("precision_constraints", "--precision-constraints", None), ("strongly_typed", "--strongly-typed", False),
@@ -146,6 +149,7 @@ def add_profile(config, args, run_shapes: dict | None = None) -> None:
         opt = {**(run_shapes or {}), **opt} if k == 0 else opt
         if low or opt or high:
             config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
+    config.specialize_shapes = [parse_shapes(text, "--specialize-shapes") for text in args.specialize_shapes or ()]
 
 
 def build_engine(args, model, run_shapes: dict | None = None):

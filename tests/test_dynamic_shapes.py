@@ -13,8 +13,10 @@ import onnx
 import onnxruntime
 import pytest
 
+from plugrt.cli import main
 from plugrt.device import simulated
 from plugrt.engine import Builder, BuilderConfig, Engine, OptimizationProfile, generic, plan_kernels
+from plugrt.errors import PlugrtError
 
 from test_profiles import build, conv_model, expected, fresh
 
@@ -107,3 +109,53 @@ def test_on_a_gpu_a_loaded_plan_compiles_no_kernel_for_any_shape_of_its_profile(
             x = fresh(rng, batch)
             np.testing.assert_allclose(context.execute({"x": x})["y"], expected(model, x), 1e-4, 1e-5)
     assert binaries.stats()["compiled"] == 0, binaries.stats()
+
+
+def test_specialized_shapes_run_the_tactics_tuned_at_them(rng, tmp_path):
+    """``--specialize-shapes``: a measure under which the tactic sorting first is fastest
+    at batch 1 (opt) and the one sorting last elsewhere: at batch 4, a specialized shape,
+    the layers run what was tuned at 4; at batch 3 their generic tactics; the plan keeps
+    both, ``inspect`` shows them, and the outputs are onnxruntime's."""
+    def measure(run):
+        batch = next(a.shape[0] for launch in run.launches[0] for a in launch.launch.args
+                     if len(getattr(a, "shape", ())) >= 2)
+        order = int.from_bytes(run.tactic.name.encode()[:6].ljust(6, b"\0"), "big") / 2.0 ** 48
+        return 1.0 + (order if batch == 1 else 1.0 - order)
+
+    model = conv_model(9)
+    config = BuilderConfig(progress=False, optimization_level=5, specialize_shapes=[{"x": (4, 3, 4, 4)}])
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 3, 4, 4), (1, 3, 4, 4), (6, 3, 4, 4)))
+    engine = Engine.deserialize(Builder(measure=measure).build_engine(model, config).serialize())
+    assert engine.specialized == [{"profile": 0, "shapes": {"x": [4, 3, 4, 4]}}]
+    varied = [layer for layer in engine.layers if layer.specialized_tactics
+              and layer.specialized_tactics[0]["name"] != layer.tactic["name"]]
+    assert varied
+    names = {engine.graph.nodes[layer.node_index].name: layer for layer in engine.layers}
+    with engine.create_execution_context() as context:
+        for batch in (4, 3):
+            x = fresh(rng, batch)
+            np.testing.assert_allclose(context.execute({"x": x})["y"], expected(model, x), 1e-4, 1e-5)
+            for name, tactic in context.current.tactics.items():
+                layer = names[name]
+                want = layer.specialized_tactics[0] if batch == 4 else layer.generic_for(0)
+                assert tactic == want["name"], (batch, name)
+    inspected = engine.inspect()
+    assert inspected["specialized"] == engine.specialized
+    assert any(entry["specialized_tactics"] for entry in inspected["layers"])
+    with pytest.raises(PlugrtError, match=r"specialized shapes 0 \(x:\[9, 3, 4, 4\]\): they lie in no optimization"):
+        Builder().build_engine(model, BuilderConfig(progress=False, specialize_shapes=[{"x": (9, 3, 4, 4)}],
+                                                    profiles=config.profiles))
+
+
+def test_the_cli_specializes_shapes(tmp_path, capsys):
+    model, plan = tmp_path / "m.onnx", tmp_path / "m.plan"
+    onnx.save(conv_model(10), model)
+    flags = ["--min-shapes", "x:1x3x4x4", "--max-shapes", "x:6x3x4x4", "--specialize-shapes", "x:4x3x4x4",
+             "--specialize-shapes", "x:6x3x4x4"]
+    assert main(["build", str(model), "-o", str(plan), "--no-progress", *flags]) == 0
+    engine = Engine.load(str(plan))
+    assert [entry["shapes"]["x"] for entry in engine.specialized] == [[4, 3, 4, 4], [6, 3, 4, 4]]
+    assert all(len(layer.specialized_tactics) == 2 for layer in engine.layers if layer.alias is None)
+    assert main(["build", str(model), "-o", str(tmp_path / "bad.plan"), "--no-progress", *flags[:4],
+                 "--specialize-shapes", "x:7x3x4x4"]) != 0
+    assert "lie in no optimization profile" in capsys.readouterr().err

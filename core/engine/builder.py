@@ -22,7 +22,7 @@ from plugrt.engine.aliases import ALIAS_TACTIC, choose_all, storage
 from plugrt.engine.memory import MAX_ARENA_BYTES, largest_shapes, liveness_all, plan_memory, value_shapes
 from plugrt.engine.precision import assign_precisions
 from plugrt.engine.precision import check_config as check_precision_config
-from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profiles
+from plugrt.engine.profile import BuilderConfig, OptimizationProfile, resolve_profiles, resolve_specializations
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.quantization.int8 import check_config as check_int8_config
 from plugrt.quantization.int8 import prepare as prepare_int8
@@ -53,6 +53,8 @@ class Checked:
     #: first its graphs at opt and max shapes and its layers' candidates (as ``found``).
     profiles: list = field(default_factory=list)
     others: list = field(default_factory=list)
+    #: ``(profile index, shapes, graph, candidates)`` of each of ``specialize_shapes``.
+    specials: list = field(default_factory=list)
 
     def max_graphs(self) -> list[Graph]:
         return [self.max_graph] + [other[1] for other in self.others]
@@ -91,7 +93,7 @@ class Builder:
         graph, profile, opt_graph = checked.graph, checked.profile, checked.opt_graph
         try:
             layers = self._choose_layers(checked.found, tuner, checked.aliases,
-                                         [other[2] for other in checked.others])
+                                         [other[2] for other in checked.others], [s[3] for s in checked.specials])
         finally:
             tuner.finish()
             if config.timing_cache and tuner.recorded:
@@ -107,7 +109,9 @@ class Builder:
                  len(layers), len(checked.aliases), len(graph.nodes) - len(layers), memory.arena_bytes, workspace)
         engine = Engine(graph, profile, layers, memory.offsets, memory.arena_bytes, workspace, self.registry,
                         shapes={"opt": value_shapes(opt_graph), "max": largest_shapes(checked.max_graphs())},
-                        passes=[result.as_json() for result in checked.passes], profiles=checked.profiles)
+                        passes=[result.as_json() for result in checked.passes], profiles=checked.profiles,
+                        specialized=[{"profile": p, "shapes": {n: list(s) for n, s in shapes.items()}}
+                                     for p, shapes, _, _ in checked.specials])
         choose_generic(engine)
         report, int8 = checked.precision, checked.graph.int8
         if report is not None and (report.decisions or config.strongly_typed or int8 is not None):
@@ -187,8 +191,12 @@ class Builder:
         found = self._candidates(max_graph, opt_graph, tuner, aliases)
         others = [(o, m, self._candidates(m, o, tuner, aliases, index)) for index, (o, m) in enumerate(at[1:], 1)]
         _check_memory(_plan([m for _, m in at], [entry[0] for entry in found], aliases).arena_bytes, profile)
+        specials = []
+        for index, shapes in resolve_specializations(graph, config, profiles):
+            at_shapes = concretize(graph, shapes, self.registry, profiles[index].shape_values)
+            specials.append((index, shapes, at_shapes, self._candidates(at_shapes, at_shapes, tuner, aliases, index)))
         return Checked(graph, profile, max_graph, opt_graph, found, passes, report[0] if report else None, aliases,
-                       profiles, others)
+                       profiles, others, specials)
 
     def _tactics(self, op, node, graph: Graph) -> list:
         """The node's candidates at ``graph``'s shapes: its plugin's and contributed ones."""
@@ -237,12 +245,14 @@ class Builder:
                                    f"implementation{where}:\n  " + "\n  ".join(problems))
         return found
 
-    def _choose_layers(self, found: list, tuner: Tuner, aliases: dict, others: list = ()) -> list[LayerRecord]:
+    def _choose_layers(self, found: list, tuner: Tuner, aliases: dict, others: list = (),
+                       specials: list = ()) -> list[LayerRecord]:
         """The tuner's choice for each device layer, at opt shapes; alias layers run none.
         ``others``: the candidates at each later profile's shapes, each chosen at its own
-        opt shapes (:attr:`LayerRecord.profile_tactics`)."""
+        opt shapes (:attr:`LayerRecord.profile_tactics`); ``specials``: at each of the
+        config's ``specialize_shapes`` (:attr:`LayerRecord.specialized_tactics`)."""
         layers = []
-        timed, position = (len(found) - len(aliases)) * (1 + len(others)), 0
+        timed, position = (len(found) - len(aliases)) * (1 + len(others) + len(specials)), 0
         for k, (index, node, op, pick, candidates, at_max) in enumerate(found):
             owner = self.registry.owner(op)
             if index in aliases:
@@ -253,18 +263,19 @@ class Builder:
             choice = tuner.choose(node, pick, op, owner, candidates, (position, timed))
             chosen = choice.tactic
             workspace = _workspace(chosen, at_max)
-            profile_tactics = []
-            for entry in (other[k] for other in others):
+            more = []
+            for entry in (other[k] for other in [*others, *specials]):
                 position += 1
                 # (one provider for all the profiles: the plan names one per layer)
                 offered = [t for t in entry[4] if t.provider == chosen.provider] or entry[4]
-                more = tuner.choose(entry[1], entry[3], op, owner, offered, (position, timed)).tactic
-                profile_tactics.append(more.identity())
-                workspace = max(workspace, _workspace(more, entry[5]))
+                more.append(tuner.choose(entry[1], entry[3], op, owner, offered, (position, timed)).tactic)
+                workspace = max(workspace, _workspace(more[-1], entry[5]))
+            more = [tactic.identity() for tactic in more]
             layers.append(LayerRecord(index, chosen.identity(), workspace, owner.name, owner.distribution,
                                       owner.version, op.version, choice.time_ms, choice.runner_up,
                                       dict(chosen.source) if chosen.source else None,
-                                      profile_tactics=profile_tactics or None))
+                                      profile_tactics=more[:len(others)] or None,
+                                      specialized_tactics=more[len(others):] or None))
         return layers
 
 

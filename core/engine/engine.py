@@ -73,6 +73,8 @@ class LayerRecord:
     #: Per profile, the tactic run at shapes other than its opt shapes where it is not the
     #: tuned one (``None``: the tuned one; :mod:`plugrt.engine.generic`).
     generic_tactics: list | None = None
+    #: The tactic chosen at each of the engine's specialized shapes (:attr:`Engine.specialized`).
+    specialized_tactics: list | None = None
 
     def tactic_for(self, profile: int) -> dict:
         """The tactic this layer runs in optimization profile ``profile`` at its opt shapes."""
@@ -92,12 +94,16 @@ class Engine:
 
     def __init__(self, graph, profile: OptimizationProfile, layers: list[LayerRecord], offsets: dict[str, int],
                  arena_bytes: int, workspace_bytes: int, registry, shapes: dict | None = None, device: dict | None = None,
-                 passes: list | None = None, precision: dict | None = None, profiles: list | None = None):
+                 passes: list | None = None, precision: dict | None = None, profiles: list | None = None,
+                 specialized: list | None = None):
         self.graph = graph
         #: Every optimization profile, in the order the config added them (a context
         #: selects one); ``profile`` is the first.
         self.profiles = list(profiles) if profiles else [profile]
         self.profile = self.profiles[0]
+        #: Shapes the layers were also tuned at (``--specialize-shapes``): ``{"profile": index,
+        #: "shapes": {input: shape}}`` each; a context runs those tactics at exactly them.
+        self.specialized = list(specialized or [])
         self.layers = layers
         self.offsets = offsets
         self.arena_bytes = arena_bytes
@@ -193,6 +199,8 @@ class Engine:
         }
         if self.precision is not None:
             header["precision"] = self.precision
+        if self.specialized:
+            header["specialized"] = self.specialized
         return header, arrays
 
     @classmethod
@@ -226,13 +234,14 @@ class Engine:
         plan_checks.check_attributes(graph, registry, label)
         plan_checks.infer(graph, registry, label)
         profiles, graphs = plan_checks.load_profiles(header, graph, registry, label)
+        specials = plan_checks.load_specialized(header.get("specialized", []), graph, profiles, registry, label)
         plan_checks.check_shapes(header, graphs, label)
-        workspace = plan_checks.check_layers(layers, registry, graphs, label)
+        workspace = plan_checks.check_layers(layers, registry, graphs, label, specials)
         plan_checks.check_memory(header, layers, [m for _, m in graphs], workspace, label)
         plan_kernels.supply(header.get("kernels"), arrays, label)
         return cls(graph, profiles[0], layers, dict(memory["offsets"]), memory["arena_bytes"],
                    memory["workspace_bytes"], registry, header["shapes"], header["device"], header["passes"],
-                   header.get("precision"), profiles)
+                   header.get("precision"), profiles, header.get("specialized"))
 
     # ------------------------------------------------------------------ inspection
 
@@ -259,6 +268,7 @@ class Engine:
                 "tactic_provider": layer.tactic_provider,
                 "profile_tactics": [t["name"] for t in layer.profile_tactics] if layer.profile_tactics else None,
                 "generic_tactics": [t and t["name"] for t in layer.generic_tactics] if layer.generic_tactics else None,
+                "specialized_tactics": [t["name"] for t in layer.specialized_tactics or ()] or None,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),
@@ -273,6 +283,7 @@ class Engine:
                         for n in self.graph.outputs},
             "profile": self.profile.as_json(),
             "profiles": [profile.as_json() for profile in self.profiles],
+            "specialized": self.specialized,
             "layers": layers,
             "host_nodes": host,
             "plugins": self.plugins(),

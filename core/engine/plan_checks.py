@@ -120,6 +120,33 @@ def load_profiles(header: dict, graph, registry, label: str) -> tuple[list, list
     return profiles, graphs
 
 
+def load_specialized(entries, graph, profiles: list, registry, label: str) -> list[tuple[int, object]]:
+    """``(profile index, graph at the shapes)`` of each specialized shape set: a list of
+    ``{"profile", "shapes"}``, every input's shape inside that profile."""
+    from plugrt.ir.specialize import concretize
+
+    if not isinstance(entries, list):
+        raise _refuse(label, "specialized", "must be a list")
+    found = []
+    for k, entry in enumerate(entries):
+        where = f"specialized[{k}]"
+        index = entry.get("profile") if isinstance(entry, dict) else None
+        shapes = entry.get("shapes") if isinstance(entry, dict) else None
+        if (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(profiles)
+                or not isinstance(shapes, dict) or set(entry) != {"profile", "shapes"}
+                or set(shapes) != set(graph.inputs)):
+            raise _refuse(label, where, f"must be {{'profile': 0..{len(profiles) - 1}, 'shapes': a shape for each "
+                                        f"input {sorted(graph.inputs)}}}")
+        try:
+            dims = {name: tuple(int(d) for d in shape) for name, shape in shapes.items()}
+            if not all(profiles[index].contains(name, shape) for name, shape in dims.items()):
+                raise PlugrtError(f"shapes {dims} lie outside profile {index}")
+            found.append((index, concretize(graph, dims, registry, profiles[index].shape_values)))
+        except (TypeError, ValueError, PlugrtError) as exc:
+            raise _refuse(label, where, exc) from None
+    return found
+
+
 def check_profile(graph, profile, label: str, where: str = "profiles[0]") -> None:
     """The profile covers exactly the graph's inputs, at their ranks and static dims."""
     from plugrt.engine.profile import BuilderConfig, resolve_profile
@@ -166,7 +193,7 @@ def check_shapes(header: dict, graphs: list, label: str) -> None:
                                                     f"{which} shapes")
 
 
-def check_layers(layers, registry, graphs: list, label: str) -> int:
+def check_layers(layers, registry, graphs: list, label: str, specials: list = ()) -> int:
     """One layer per device node, each tactic (one per profile) offered by its plugin at
     that profile's opt shapes; returns the workspace the layers may ask for (each at most
     what its tactics need at the profiles' max shapes)."""
@@ -199,6 +226,12 @@ def check_layers(layers, registry, graphs: list, label: str) -> int:
             if layer.generic_tactics and layer.generic_tactics[profile] is not None:
                 _check_tactic(layer, layer.generic_tactics[profile], registry, opt_graph, max_graph, label,
                               f"layers[{i}].generic_tactics[{profile}]", i)
+        if len(layer.specialized_tactics or specials) != len(specials):
+            raise _refuse(label, f"layers[{i}].specialized_tactics", f"{len(layer.specialized_tactics)} tactics for "
+                                                                      f"{len(specials)} specialized shapes")
+        for k, (profile, graph) in enumerate(specials if layer.specialized_tactics else ()):
+            bound = max(bound, _check_tactic(layer, layer.specialized_tactics[k], registry, graph, graph, label,
+                                             f"layers[{i}].specialized_tactics[{k}]", i))
         if layer.workspace_bytes > bound:
             whose = "its tactic needs at the profile's" if len(graphs) == 1 else "its tactics need at the profiles'"
             raise _refuse(label, f"layers[{i}].workspace_bytes", f"{layer.workspace_bytes} is more than the "

@@ -46,12 +46,13 @@ def collect(engine) -> tuple[dict, dict[str, np.ndarray]]:
 
 def specializations(engine):
     """The specializations whose kernels a plan carries: each profile's at its opt shapes
-    (the tuned tactics) and at its probe shapes (the generic ones,
-    :func:`plugrt.engine.generic.probe_shapes`, whose kernels serve every other shape)."""
+    (the tuned tactics), at its specialized shapes, and at its probe shapes (the generic
+    ones, :func:`plugrt.engine.generic.probe_shapes`, whose kernels serve every other shape)."""
     for index, profile in enumerate(engine.profiles):
         with engine.create_execution_context(use_cuda_graph=False, profile=index) as context:
             yield context.current
-            for shapes in probe_shapes(profile):
+            special = [entry["shapes"] for entry in engine.specialized if entry["profile"] == index]
+            for shapes in special + probe_shapes(profile):
                 yield context.specialize(shapes)
 
 

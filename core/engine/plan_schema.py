@@ -174,12 +174,13 @@ def check_array_table(table, label: str, blob_bytes: int) -> list[dict]:
 
 _TOP = ("format", "plugrt_version", "device", "graph", "profiles", "layers", "memory", "shapes", "passes")
 #: Sections a plan may leave out (older plugrt wrote none).
-_TOP_OPTIONAL = ("kernels", "precision")
+_TOP_OPTIONAL = ("kernels", "precision", "specialized")
 _PRECISION = ("fp16", "strongly_typed", "constraints", "layer_precisions", "decisions", "fallbacks", "casts", "accuracy")
 _NODE = ("name", "op_type", "domain", "inputs", "outputs", "attrs", "opset", "origin")
 _BODY = _NODE + ("plugin", "distribution", "version", "op_version")
 _LAYER = ("node_index", "tactic", "workspace_bytes", "plugin", "distribution", "distribution_version", "op_version")
-_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias", "profile_tactics", "generic_tactics")
+_LAYER_OPTIONAL = ("time_ms", "runner_up", "tactic_provider", "alias", "profile_tactics", "generic_tactics",
+                   "specialized_tactics")
 
 
 def check_header(header, arrays: dict, label: str) -> None:
@@ -414,7 +415,7 @@ def _check_layers(fields: Fields, layers, node_count: int) -> None:
                               provider)
         if layer.get("alias") is not None:
             _check_alias(fields, layer, path)
-        for key in ("profile_tactics", "generic_tactics"):  # (a generic tactic may be None: the tuned one)
+        for key in _LAYER_OPTIONAL[4:]:  # (a generic tactic may be None: the tuned one)
             for k, tactic in enumerate(fields.sequence(layer.get(key) or [], f"{path}.{key}")):
                 if tactic is not None and _check_tactic(fields, tactic, f"{path}.{key}[{k}]", ("provider",)) != provider:
                     raise fields.fail(f"{path}.{key}[{k}].provider", f"the tactic's ({provider})", tactic)

@@ -173,6 +173,9 @@ class BuilderConfig:
     accuracy_budget: float | None = None
     #: ``metric(output name, int8 output, fp32 output) -> error`` for the budget.
     accuracy_metric: object = None
+    #: Input shapes (name -> shape, each set inside a profile) the layers are also tuned
+    #: at: a context runs those tactics at exactly these shapes (``--specialize-shapes``).
+    specialize_shapes: list = field(default_factory=list)
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         """Add a profile; return its index (what a context selects). Each profile is tuned
@@ -187,6 +190,26 @@ def resolve_profiles(graph: Graph, config: BuilderConfig) -> list[OptimizationPr
     """Every profile of the config resolved (:func:`resolve_profile`); one for a config
     without any (a static model)."""
     return [resolve_profile(graph, config, index) for index in range(max(len(config.profiles), 1))]
+
+
+def resolve_specializations(graph: Graph, config: BuilderConfig, profiles: list) -> list[tuple[int, dict]]:
+    """``(profile index, every input's shape)`` of each of ``config.specialize_shapes``:
+    static inputs filled in; the first profile holding all the shapes."""
+    found = []
+    for k, given in enumerate(config.specialize_shapes):
+        unknown = sorted(set(given) - set(graph.inputs))
+        if unknown:
+            raise PlugrtError(f"specialized shapes {k}: {', '.join(map(repr, unknown))} is not an input of the model; "
+                              f"the inputs are {', '.join(map(repr, graph.inputs))}")
+        shapes = {name: tuple(int(d) for d in given.get(name, profiles[0].shapes[name][1])) for name in graph.inputs}
+        missing = [n for n in graph.inputs if n not in given and not is_static(graph.info(n).shape)]
+        inside = [i for i, p in enumerate(profiles) if all(p.contains(n, s) for n, s in shapes.items())]
+        if missing or not inside:
+            why = f"give input {missing[0]!r} too" if missing else "they lie in no optimization profile"
+            raise PlugrtError(f"specialized shapes {k} ({', '.join(f'{n}:{list(s)}' for n, s in shapes.items())}): "
+                              f"{why}; specialize shapes inside a profile (--min-shapes/--max-shapes)")
+        found.append((inside[0], shapes))
+    return found
 
 
 def check_binding(profiles: list[OptimizationProfile], index: int, name: str, shape: tuple[int, ...]) -> None:

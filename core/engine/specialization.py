@@ -59,6 +59,9 @@ class Specialization:
         #: At the profile's opt shapes the layers run their tuned tactics, else their generic
         #: ones (:mod:`plugrt.engine.generic`).
         self.at_opt = all(tuple(shapes.get(name, ())) == tuple(entry[1]) for name, entry in profile.shapes.items())
+        #: Which of the engine's specialized shapes these are (``--specialize-shapes``), if any.
+        self.special = next((k for k, entry in enumerate(engine.specialized) if entry["profile"] == context.profile_index
+                             and all(tuple(shapes.get(n, ())) == tuple(s) for n, s in entry["shapes"].items())), None)
         #: Each launching layer's tactic name (the context's profile's choice).
         self.tactics: dict[str, str] = {}
         started = time.perf_counter()
@@ -73,9 +76,7 @@ class Specialization:
             outs = [self._view(context, name) if name else None for name in node.outputs]
             if all(o is None or o.size == 0 for o in outs):
                 continue
-            index = context.profile_index
-            tactic = find_tactic(engine.registry, node, graph,
-                                 layer.tactic_for(index) if self.at_opt else layer.generic_for(index))
+            tactic = find_tactic(engine.registry, node, graph, self._tactic_of(layer, context.profile_index))
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             try:
                 key = layer_key(engine.registry, node, graph, tactic)
@@ -108,6 +109,15 @@ class Specialization:
         self.runs = 0
         self.cuda_graph = None
         self._graph_failed = False
+
+    def _tactic_of(self, layer, profile: int) -> dict:
+        """The layer's tuned tactic at the profile's opt shapes, its specialized one at a
+        specialized shape, else its generic one."""
+        if self.at_opt:
+            return layer.tactic_for(profile)
+        if self.special is not None and layer.specialized_tactics:
+            return layer.specialized_tactics[self.special]
+        return layer.generic_for(profile)
 
     # ------------------------------------------------------------------ running
 
