@@ -124,6 +124,10 @@ class BenchResult:
     #: Timed queries run by each stream, and how many distinct threads ran them.
     queries_per_stream: list[int]
     threads: int
+    #: A mix of input shapes (``mix`` of :func:`run_benchmark`): each set, and its batch;
+    #: the queries cycle through them. Empty for one set of shapes (``shapes``).
+    mix: list = field(default_factory=list)
+    mix_batches: list = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
     compute_ms: list[float] = field(default_factory=list)
     enqueue_ms: list[float] = field(default_factory=list)
@@ -141,12 +145,14 @@ class BenchResult:
 
     @property
     def inferences_per_s(self) -> float:
-        """``batch`` x queries / wall seconds of the timed phase."""
-        return self.batch * self.queries_per_s
+        """``batch`` (a mix's mean batch) x queries / wall seconds of the timed phase."""
+        batch = sum(self.mix_batches) / len(self.mix_batches) if self.mix_batches else self.batch
+        return batch * self.queries_per_s
 
     def as_json(self) -> dict:
         return {
             "settings": {"shapes": {name: list(shape) for name, shape in self.shapes.items()},
+                         "mix": [{name: list(shape) for name, shape in s.items()} for s in self.mix],
                          "batch": self.batch, "streams": self.streams, "warmup": self.warmup,
                          "iterations": self.iterations, "duration_s": self.duration_s,
                          "use_cuda_graph": self.use_cuda_graph, "data_transfers": self.data_transfers},
@@ -164,27 +170,33 @@ class BenchResult:
 def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: int | None = None,
                   iterations: int | None = None, duration: float | None = None, streams: int = 1,
                   use_cuda_graph: bool = True, data_transfers: bool = True, seed: int = 0,
-                  progress: Callable[[str], None] | None = None, profile: int = 0) -> BenchResult:
+                  progress: Callable[[str], None] | None = None, profile: int = 0,
+                  mix: list | None = None) -> BenchResult:
     """Measure ``engine`` at ``shapes`` (default: the opt shapes) as the module doc says;
     ``None`` settings take :func:`default_settings`. ``progress`` is called now and then
-    with one line of text, from the calling thread."""
+    with one line of text, from the calling thread. ``mix``: several sets of shapes
+    instead, each stream's queries cycling through them (each set's first query
+    specializes the context and captures its graph, untimed)."""
     defaults = default_settings()
     warmup = defaults[0] if warmup is None else warmup
     iterations = defaults[1] if iterations is None else iterations
     duration = defaults[2] if duration is None else duration
     _check_settings(warmup, iterations, duration, streams)
-    shapes = resolve_shapes(engine, shapes, profile=profile)
-    feeds = random_feeds(engine, shapes, seed, profile)
-    first = shapes[engine.input_names[0]] if engine.input_names else ()
-    batch = int(first[0]) if first else 1
+    sets = [resolve_shapes(engine, s, profile=profile) for s in (mix or [shapes])]
+    feeds = [random_feeds(engine, s, seed + k, profile) for k, s in enumerate(sets)]
+    batches = [int(s[engine.input_names[0]][0]) if engine.input_names and s[engine.input_names[0]] else 1
+               for s in sets]
+    shapes, batch = sets[0], batches[0]
     with ExitStack() as stack:
         runners = [_StreamRunner(stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph,
                                                                                      profile=profile)),
                                  feeds, data_transfers) for _ in range(streams)]
-        walltime = _run_threads(runners, warmup, iterations, duration, progress or (lambda text: None))
+        walltime = _run_threads(runners, warmup + len(sets) - 1, iterations, duration,
+                                progress or (lambda text: None))
     result = BenchResult(shapes, batch, streams, warmup, iterations, float(duration), use_cuda_graph, data_transfers,
                          HOST_TIMING if simulated() else EVENT_TIMING, walltime,
-                         [len(r.samples) for r in runners], len({r.thread for r in runners if r.samples}))
+                         [len(r.samples) for r in runners], len({r.thread for r in runners if r.samples}),
+                         sets if len(sets) > 1 else [], batches if len(sets) > 1 else [])
     for runner in runners:
         for latency, h2d, compute, d2h, enqueue, host in runner.samples:
             result.latency_ms.append(latency)
@@ -211,7 +223,7 @@ class _StreamRunner:
     """One context on its own stream, and the queries it ran: (latency, H2D, compute, D2H,
     enqueue, host) in ms each."""
 
-    def __init__(self, context, feeds: Mapping[str, np.ndarray], data_transfers: bool):
+    def __init__(self, context, feeds: list, data_transfers: bool):
         from numba import cuda
 
         self.context = context
@@ -221,22 +233,24 @@ class _StreamRunner:
         self.outputs: dict[str, np.ndarray] = {}
         self.samples: list[tuple] = []
         self.thread: int | None = None
+        self.turn = 0
         if data_transfers:
-            self.feeds = {}
-            for name, array in feeds.items():
-                self.feeds[name] = cuda.pinned_array(array.shape, array.dtype)
-                self.feeds[name][...] = array
+            self.sets = [{name: _pinned(array) for name, array in one.items()} for one in feeds]
         else:
-            self.feeds = {name: cuda.to_device(array) for name, array in feeds.items()}
-            context.copy_inputs(self.feeds, self.stream)  # once: the inputs stay in place
+            self.sets = [{name: cuda.to_device(array) for name, array in one.items()} for one in feeds]
+            context.copy_inputs(self.sets[0], self.stream)  # once: the inputs stay in place
             self.stream.synchronize()
 
     def query(self) -> tuple:
         context, stream, events = self.context, self.stream, self.events
+        feeds = self.sets[self.turn % len(self.sets)]
+        self.turn += 1
         started = time.perf_counter()
         events[0].record(stream)
         if self.data_transfers:
-            context.copy_inputs(self.feeds, stream)
+            context.copy_inputs(feeds, stream)
+        elif len(self.sets) > 1:  # device inputs: bound in place, not copied
+            context.copy_inputs(feeds, stream)
         events[1].record(stream)
         copied = time.perf_counter()
         context.enqueue(stream)
@@ -264,6 +278,14 @@ class _StreamRunner:
         if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
             buffer = self.outputs[name] = cuda.pinned_array(value.shape, value.dtype)
         return buffer
+
+
+def _pinned(array: np.ndarray):
+    from numba import cuda
+
+    pinned = cuda.pinned_array(array.shape, array.dtype)
+    pinned[...] = array
+    return pinned
 
 
 def _run_threads(runners: list[_StreamRunner], warmup: int, iterations: int, duration: float,

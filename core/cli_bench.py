@@ -33,7 +33,8 @@ def add_bench_command(commands) -> None:
     bench.add_argument("target", metavar="PLAN|MODEL", help="a .plan file, or an .onnx model to build first")
     bench.add_argument("--shapes", default="", metavar="NAME:DxDx..,...",
                        help="the input shapes to run, e.g. input:8x3x224x224 (default: the profile's opt shapes); "
-                            "for a model, also the build's opt shapes of the inputs --opt-shapes does not name")
+                            "for a model, also the build's opt shapes of the inputs --opt-shapes does not name; "
+                            "several sets separated by ';' make a mix: each stream's queries cycle through them")
     bench.add_argument("--profile", type=int, default=0, metavar="N",
                        help="the optimization profile to run (an engine built with several; default 0)")
     bench.add_argument("--warmup", metavar="N", help="untimed queries per stream before timing: a count of "
@@ -69,15 +70,17 @@ def cmd_bench(args) -> int:
         check_distinct({"--json": args.json, "--timing-cache": args.timing_cache})
     settings = {"warmup": _count(args.warmup, "--warmup", 0), "iterations": _count(args.iterations, "--iterations", 1),
                 "duration": _seconds(args.duration, "--duration"), "streams": _count(args.streams, "--streams", 1)}
-    shapes = parse_shapes(args.shapes, "--shapes")
+    mix = [parse_shapes(part, "--shapes") for part in args.shapes.split(";")]
+    shapes = mix[0]
     announce_once()
     engine = _engine(args, is_plan, shapes)
-    shapes = resolve_shapes(engine, shapes, "--shapes", args.profile)
+    mix = [resolve_shapes(engine, one, "--shapes", args.profile) for one in mix]
+    shapes = mix[0]
     progress = Progress(sys.stderr, not args.no_progress)
     try:
         result = run_benchmark(engine, shapes, use_cuda_graph=not args.no_cuda_graph,
                                data_transfers=not args.no_data_transfers, progress=progress.show,
-                               profile=args.profile, **settings)
+                               profile=args.profile, mix=mix if len(mix) > 1 else None, **settings)
     finally:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
@@ -161,7 +164,8 @@ _ROWS = (("latency", "latency_ms", "per query, H2D + compute + D2H"), ("GPU comp
 def print_report(target: str, report: dict) -> None:
     """The human-readable summary of a bench report (:meth:`BenchResult.as_json` and more)."""
     settings = report["settings"]
-    shapes = ", ".join(f"{name}:{'x'.join(map(str, shape))}" for name, shape in settings["shapes"].items())
+    shapes = " | ".join(", ".join(f"{name}:{'x'.join(map(str, shape))}" for name, shape in one.items())
+                        for one in settings.get("mix") or [settings["shapes"]])
     print(f"bench {target}{' (built)' if report['built'] else ''}: shapes {shapes or '(none)'}; "
           f"{settings['streams']} stream(s); CUDA graph {'on' if settings['use_cuda_graph'] else 'off'}; "
           f"data transfers {'on' if settings['data_transfers'] else 'off'}")
@@ -170,7 +174,8 @@ def print_report(target: str, report: dict) -> None:
     print(f"timing: {report['timing']}")
     throughput = report["throughput"]
     print(f"throughput: {throughput['queries_per_s']:.2f} queries/s, {throughput['inferences_per_s']:.2f} inferences/s "
-          f"(batch {throughput['batch']} = dim 0 of the first input, x queries / wall s)")
+          f"(batch {throughput['batch']} = dim 0 of the first input{', the first set' if settings.get('mix') else ''}"
+          f"{'; inferences count each set' + chr(39) + 's own' if settings.get('mix') else ''}, x queries / wall s)")
     for label, key, note in _ROWS:
         stats = report[key]
         if key == "latency_ms" and not settings["data_transfers"]:

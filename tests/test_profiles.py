@@ -182,3 +182,23 @@ def test_calibration_batches_may_lie_in_any_profile(rng):
     assert engine.precision["int8"]["layers"] >= 2
     with pytest.raises(PlugrtError, match=r"calibration batch 0: .*outside.*profile"):
         build(2, model, int8=True, calibration_data=[{"x": fresh(rng, 12)}], accuracy_check=False)
+
+
+def test_bench_replays_a_mix_of_shapes(tmp_path, capsys):
+    """``bench --shapes 'A;B'``: each stream's queries cycle through the sets (with and
+    without data transfers); inferences count each set's own batch."""
+    from plugrt.bench import run_benchmark
+
+    engine = build(2)
+    result = run_benchmark(engine, mix=[{"x": (3, 3, 4, 4)}, {"x": (5, 3, 4, 4)}], profile=1, iterations=4)
+    assert [s["x"] for s in result.mix] == [(3, 3, 4, 4), (5, 3, 4, 4)] and result.mix_batches == [3, 5]
+    assert result.inferences_per_s == pytest.approx(4 * result.queries_per_s)
+    quiet = run_benchmark(engine, mix=[{"x": (1, 3, 4, 4)}, {"x": (2, 3, 4, 4)}], iterations=3, data_transfers=False)
+    assert quiet.queries == 3 and quiet.as_json()["settings"]["mix"] == [{"x": [1, 3, 4, 4]}, {"x": [2, 3, 4, 4]}]
+    plan = tmp_path / "m.plan"
+    engine.save(str(plan))
+    report = tmp_path / "bench.json"
+    assert main(["bench", str(plan), "--profile", "1", "--shapes", "x:3x3x4x4;x:4x3x4x4", "--no-progress",
+                 "--json", str(report)]) == 0
+    assert "shapes x:3x3x4x4 | x:4x3x4x4" in capsys.readouterr().out
+    assert json.loads(report.read_text())["settings"]["mix"] == [{"x": [3, 3, 4, 4]}, {"x": [4, 3, 4, 4]}]
