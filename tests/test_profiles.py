@@ -202,3 +202,19 @@ def test_bench_replays_a_mix_of_shapes(tmp_path, capsys):
                  "--json", str(report)]) == 0
     assert "shapes x:3x3x4x4 | x:4x3x4x4" in capsys.readouterr().out
     assert json.loads(report.read_text())["settings"]["mix"] == [{"x": [3, 3, 4, 4]}, {"x": [4, 3, 4, 4]}]
+
+
+def test_batch_buckets_pad_a_request_and_cut_its_outputs(rng):
+    """``batch_buckets``: batches 1 and 3 run as 2 and 4 (two shapes for four batch
+    sizes), outputs cut back to the request's rows, each row onnxruntime's."""
+    model = conv_model(11)
+    engine = build(2, model)
+    with engine.create_execution_context(profile=1, batch_buckets=[4, 5]) as context:
+        for batch in (3, 4, 5, 3):
+            x = fresh(rng, batch)
+            y = context.execute({"x": x})["y"]
+            assert y.shape == (batch, 5)
+            np.testing.assert_allclose(y, expected(model, x), RTOL, ATOL)
+        assert {key[1][1][0] for key in context._specs} == {4, 5}  # batch 3 ran as 4: no shape of its own
+    with pytest.raises(PlugrtError, match=r"batch bucket 8: input 'x' takes batches \(dim 0\) \[3, 5\] in profile 1"):
+        engine.create_execution_context(profile=1, batch_buckets=[4, 8])

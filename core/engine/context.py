@@ -25,6 +25,7 @@ import numpy as np
 
 from plugrt.bindings import check_inputs
 from plugrt.device import simulated
+from plugrt.engine import buckets
 from plugrt.engine.feeds import Conversions, as_bindable, as_device
 from plugrt.engine.profile import check_binding
 from plugrt.engine.specialization import Specialization
@@ -44,11 +45,12 @@ class ExecutionContext:
     """Runs an engine on a stream; one request at a time (see the module doc)."""
 
     def __init__(self, engine, stream=None, use_cuda_graph: bool = True, max_graphs: int = MAX_GRAPHS,
-                 profile: int = 0):
+                 profile: int = 0, batch_buckets=None):
         from numba import cuda
 
         self.engine = engine
         self.profile_index = _profile_index(engine, profile)
+        self.batch_buckets = buckets.check_buckets(engine, self.profile_index, batch_buckets or ())  # (execute pads)
         self.use_cuda_graph = bool(use_cuda_graph) and not simulated()
         self.max_graphs = max(int(max_graphs), 1)
         self._external: dict[int, object] = {}
@@ -108,6 +110,11 @@ class ExecutionContext:
 
     def execute(self, feeds: Mapping[str, object], device_outputs: bool = False) -> dict:
         """Run synchronously; return the outputs as NumPy arrays (or fresh device arrays)."""
+        if self.batch_buckets and isinstance(feeds, Mapping):
+            return buckets.run(self, feeds, device_outputs)
+        return self.run_unbucketed(feeds, device_outputs)
+
+    def run_unbucketed(self, feeds: Mapping[str, object], device_outputs: bool = False) -> dict:
         if device_outputs:
             outputs = self.execute_async(feeds, self.stream)
             self.stream.synchronize()

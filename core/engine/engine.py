@@ -157,15 +157,16 @@ class Engine:
         self.close()
 
     def create_execution_context(self, stream=None, use_cuda_graph: bool = True, max_graphs: int | None = None,
-                                 profile: int = 0):
+                                 profile: int = 0, batch_buckets=None):
         """A context that runs this engine on ``stream`` (a new one by default) in
         optimization profile ``profile``. From the second run of an input shape on, its
         launches replay as one CUDA graph unless ``use_cuda_graph`` is false; it keeps
-        ``max_graphs`` graphs (16 by default)."""
+        ``max_graphs`` graphs (16 by default). ``batch_buckets``: ``execute`` pads each
+        request's batch up to the nearest of these sizes (:mod:`plugrt.engine.buckets`)."""
         from plugrt.engine.context import MAX_GRAPHS, ExecutionContext
 
         return ExecutionContext(self, stream, use_cuda_graph, MAX_GRAPHS if max_graphs is None else max_graphs,
-                                profile)
+                                profile, batch_buckets)
 
     # ------------------------------------------------------------------ plan files
 
