@@ -326,7 +326,8 @@ def cmd_inspect(args) -> int:
     memory = report["memory"]
     print(f"device built on: {report['device'].get('name')}")
     for name, entry in report["inputs"].items():
-        print(f"input  {name}: {entry['dtype']}{entry['shape']}  profile {report['profile'].get(name)}")
+        ranges = "; ".join(f"profile {k} {p.get(name)}" for k, p in enumerate(report["profiles"]))
+        print(f"input  {name}: {entry['dtype']}{entry['shape']}  {ranges if len(report['profiles']) > 1 else ranges[10:]}")
     for name, entry in report["outputs"].items():
         print(f"output {name}: {entry['dtype']}{entry['shape']}")
     aliases = sum(layer["alias"] is not None for layer in report["layers"])
@@ -341,6 +342,13 @@ def cmd_inspect(args) -> int:
               f"  [{layer['plugin']} ({layer['distribution']}){supplier}]")
         if len(layer["onnx_nodes"]) > 1:
             print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")
+        others = [f"profile {k + 1}: {name}" for k, name in enumerate(layer.get("profile_tactics") or ())]
+        others += [f"profile {k} at other shapes: {name}" for k, name in enumerate(layer.get("generic_tactics") or ())
+                   if name]
+        others += [f"at {entry['shapes']}: {name}"
+                   for entry, name in zip(report["specialized"], layer.get("specialized_tactics") or ())]
+        if others:
+            print(f"      also runs {'; '.join(others)}")
         if layer.get("time_ms") is not None:
             line = f"      time {layer['time_ms']:.4f} ms"
             runner_up = layer.get("runner_up")

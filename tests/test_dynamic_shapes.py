@@ -155,6 +155,9 @@ def test_the_cli_specializes_shapes(tmp_path, capsys):
     assert main(["build", str(model), "-o", str(plan), "--no-progress", *flags]) == 0
     engine = Engine.load(str(plan))
     assert [entry["shapes"]["x"] for entry in engine.specialized] == [[4, 3, 4, 4], [6, 3, 4, 4]]
+    capsys.readouterr()
+    assert main(["inspect", str(plan)]) == 0
+    assert "also runs at {'x': [4, 3, 4, 4]}: " in capsys.readouterr().out
     assert all(len(layer.specialized_tactics) == 2 for layer in engine.layers if layer.alias is None)
     assert main(["build", str(model), "-o", str(tmp_path / "bad.plan"), "--no-progress", *flags[:4],
                  "--specialize-shapes", "x:7x3x4x4"]) != 0

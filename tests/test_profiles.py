@@ -156,6 +156,8 @@ def test_the_cli_builds_profiles_from_flag_trios_and_runs_each(tmp_path, capsys)
     assert main(["build", str(model), "-o", str(plan), "--no-progress", *trios]) == 0
     assert [p.shapes["x"][1] for p in Engine.load(str(plan)).profiles] == [(1, 3, 4, 4), (4, 3, 4, 4)]
     capsys.readouterr()
+    assert main(["inspect", str(plan)]) == 0
+    assert "profile 1 {'min': [3, 3, 4, 4], 'opt': [4, 3, 4, 4], 'max': [6, 3, 4, 4]}" in capsys.readouterr().out
     assert main(["run", str(plan), "--profile", "1", "--compare-onnxruntime", str(model)]) == 0
     assert "y: float32[4, 5]" in capsys.readouterr().out
     report = tmp_path / "bench.json"
