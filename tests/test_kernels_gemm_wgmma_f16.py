@@ -159,7 +159,9 @@ def test_production_order(monkeypatch):
     tactics = matmul_tactics.gemm_tactics(F16, F16, F16, meta, offs, epilogue=no_epilogue(2),
                                           b_value=np.ones((4096, 4096), F16))
     assert [t.name for t in tactics[:2]] == ["wgmma_f16_128x256x64_s4", "wgmma_f16_128x128x64_s5"]
-    assert tactics[0].params == {"bm": 128, "bn": 256, "bk": 64, "wgs": 2, "stages": 4, "splits": 1, "held_b": True}
+    assert tactics[0].params == {"bm": 128, "bn": 256, "bk": 64, "wgs": 2, "stages": 4, "splits": 1, "held_b": True,
+                                 "even": True}
+    assert [t.name for t in tactics[-2:]] == ["wgmma_f16_128x256x64_s4_ragged", "wgmma_f16_128x128x64_s5_ragged"]
 
 
 def test_wgmma_f16_kernels_compile_for_the_gpu():

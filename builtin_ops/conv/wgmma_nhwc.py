@@ -32,7 +32,7 @@ from plugrt_builtin_ops.matmul.plan import (
 )
 from plugrt_builtin_ops.matmul.simt import choose_splits, is_even
 from plugrt_builtin_ops.matmul.store import gemm_launches, staging_bytes
-from plugrt_builtin_ops.matmul.wgmma import BK, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
+from plugrt_builtin_ops.matmul.wgmma import BK, RAGGED, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
 from plugrt_builtin_ops.matmul.wgmma_f16 import wgmma_half_tactics
 from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops
 
@@ -164,12 +164,15 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
     plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if is_pointwise(geo) else []
     meta = gather_meta(geo, dtype.itemsize, has_bias)
     bk = 2 * BK if half else BK
-    gathered = []
+    gathered, twins = [], [t for t in plain if t.name.endswith(RAGGED)]
     for config in config_order(geo.out_channels, -(-int(meta[K_]) // bk)):
         splits = choose_splits(meta, config.bm, config.bn, bk)
         for s in ((splits, 1) if splits > 1 else (1,)):
             gathered.append(_gather_tactic(config, meta, half, s, epilogue, has_bias, direct))
-    found = [direct] + gathered + plain if simulated() else plain + gathered + [direct]
+        twins.append(_gather_tactic(config, meta, half, 1, epilogue, has_bias, direct, ragged=True))
+    plain = [t for t in plain if not t.name.endswith(RAGGED)]
+    # (Last, the ragged twins: the same kernels at every batch of a dynamic profile.)
+    found = [direct] + gathered + plain + twins if simulated() else plain + gathered + [direct] + twins
     return [renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
 
 
@@ -222,9 +225,9 @@ def renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:
 
 
 def _gather_tactic(config: WgmmaConfig, meta: np.ndarray, half: bool, splits: int, epilogue: Epilogue,
-                   has_bias: bool, fallback: Tactic) -> Tactic:
+                   has_bias: bool, fallback: Tactic, ragged: bool = False) -> Tactic:
     bk = 2 * BK if half else BK
-    even = is_even(meta, config.bm, config.bn, bk)
+    even = not ragged and is_even(meta, config.bm, config.bn, bk)
 
     def kernel_for(split, vector):
         return wgmma_kernel(config, True, True, even, split, epilogue.fn, None, half, nhwc_gather,
@@ -243,8 +246,9 @@ def _gather_tactic(config: WgmmaConfig, meta: np.ndarray, half: bool, splits: in
             return direct(ins, outs, workspace)
         return fallback.launches(ins, outs, workspace)
 
-    name = f"wgmma_nhwc_{config.bm}x{config.bn}x{bk}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
-    params = {**config.params(), "bk": bk, "splits": splits}
+    name = (f"wgmma_nhwc_{config.bm}x{config.bn}x{bk}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
+            + (RAGGED if ragged else ""))
+    params = {**config.params(), "bk": bk, "splits": splits, "even": even}
     return Tactic(name, launches, params, max(workspace_bytes, fallback.workspace_bytes), math="" if half else "tf32")
 
 

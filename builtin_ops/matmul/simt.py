@@ -269,6 +269,13 @@ def fits(meta: np.ndarray, bm: int, bn: int) -> bool:
     return (k > 0 and 2 * m >= bm and 2 * n >= bn and -(-m // bm) <= MAX_GRID_YZ and nb <= MAX_GRID_YZ)
 
 
+def grid_fits(meta: np.ndarray, bm: int) -> bool:
+    """Whether a product of any size fits CUDA's grid limits with ``bm``-row tiles (what a
+    ragged tactic, offered at every size, needs: :func:`fits` without its size preference)."""
+    nb, m, k = (int(meta[s]) for s in (NB, M_, K_))
+    return k > 0 and -(-m // bm) <= MAX_GRID_YZ and nb <= MAX_GRID_YZ
+
+
 def is_even(meta: np.ndarray, bm: int, bn: int, bk: int) -> bool:
     return int(meta[M_]) % bm == 0 and int(meta[N_]) % bn == 0 and int(meta[K_]) % bk == 0
 

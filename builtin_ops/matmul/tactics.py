@@ -23,7 +23,7 @@ from .plan import M_, N_, NB, USE_C, scaling_type
 from .simt import simt_tactics
 from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
-from .wgmma import wgmma_tactics
+from .wgmma import RAGGED, wgmma_tactics
 from .wgmma_f16 import wgmma_half_tactics
 from .wgmma_int8 import wgmma_int8_tactics
 
@@ -123,9 +123,11 @@ def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
     """The GEMM family for big products, best first: FP16 on Hopper's ``wgmma`` (FP16
     operands), TF32 tensor cores (float32; ``math="tf32"``, dropped by the tuner when TF32
     is off; ``wgmma`` first, then ``mma.sync``), then SIMT SGEMM; each only where its tile
-    suits the product (see :func:`.simt.fits`)."""
+    suits the product (see :func:`.simt.fits`); last the ``wgmma`` tiles' ragged twins
+    (:data:`.wgmma.RAGGED`), offered at every size for a dynamic profile's other shapes."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    return (wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value, fallback=fallback, **kw)
-            + wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
-            + tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
-            + simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))
+    found = (wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value, fallback=fallback, **kw)
+             + wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+             + tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
+             + simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))
+    return [t for t in found if not t.name.endswith(RAGGED)] + [t for t in found if t.name.endswith(RAGGED)]

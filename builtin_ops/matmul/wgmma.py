@@ -51,7 +51,7 @@ from plugrt.plugin import Tactic
 from . import simt
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
 from .integer_store import Int8Operands, integer_tile_store
-from .simt import choose_splits, fits, is_even, is_float32
+from .simt import choose_splits, fits, grid_fits, is_even, is_float32
 from .store import gemm_launches, staging_bytes, tile_store
 from .wgmma_intrinsics import BK, block_copier, copy_ops, ops_for
 
@@ -383,18 +383,25 @@ def hopper() -> bool:
     return tuple(cuda.get_current_device().compute_capability) == (9, 0)
 
 
+#: The name suffix of a tile's ragged twin: bounds-checked at every size, offered at every
+#: size, the kernel a dynamic profile's other shapes run (:mod:`plugrt.engine.generic`).
+RAGGED = "_ragged"
+
+
 def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, splits: int = 1,
-                 emulated: bool | None = None, fallback: Tactic | None = None) -> Tactic:
+                 emulated: bool | None = None, fallback: Tactic | None = None, ragged: bool = False) -> Tactic:
     """One wgmma tactic for a planned float32 product (``math="tf32"``); the layouts must
     suit it (:func:`operand_layouts`). A K-contiguous operand array that is not 16-byte
-    aligned at launch runs ``fallback`` instead (another tactic of the same product)."""
+    aligned at launch runs ``fallback`` instead (another tactic of the same product).
+    ``ragged``: bounds-checked even where the tiles divide the product (``NAME_ragged``:
+    the same kernel at every size, :mod:`plugrt.engine.generic`)."""
     config.check()
     layouts = operand_layouts(meta, offs)
     if layouts is None:
         raise ValueError(f"wgmma GEMM: operands of strides {meta[[SAM, SAK, SBK, SBN]].tolist()} do not suit {config.name}")
     a_kc, b_kc = layouts
-    even = is_even(meta, config.bm, config.bn, BK)
+    even = not ragged and is_even(meta, config.bm, config.bn, BK)
 
     def kernel_for(split, vector):
         return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated,
@@ -412,14 +419,16 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
             return fallback.launches(ins, outs, workspace)
 
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = config.name + (f"_splitk{splits}" if splits > 1 else "")
-    return Tactic(name, launches, {**config.params(), "splits": splits}, workspace_bytes, math="tf32")
+    name = config.name + (f"_splitk{splits}" if splits > 1 else "") + (RAGGED if ragged else "")
+    return Tactic(name, launches, {**config.params(), "splits": splits, "even": even}, workspace_bytes, math="tf32")
 
 
 def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                   alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
     """The wgmma tactics valid for a planned float32 product on a Hopper GPU (or the
-    simulator), split-K first when the output tiles alone cannot fill the GPU."""
+    simulator), split-K first when the output tiles alone cannot fill the GPU; last, each
+    tile's ragged twin, offered at every size (the kernels of a dynamic profile's other
+    shapes)."""
     if not is_float32(a_dtype, b_dtype, out_dtype) or operand_layouts(meta, offs) is None or not hopper():
         return []
     whole, split = [], []
@@ -431,4 +440,7 @@ def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarra
         for s in ((splits, 1) if splits > 1 else (1,)):
             fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=s, **kw)
             (split if s > 1 else whole).append(wgmma_tactic(config, meta, offs, splits=s, fallback=fallback, **kw))
-    return split + whole
+    fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=1, **kw)
+    twins = [wgmma_tactic(config, meta, offs, fallback=fallback, ragged=True, **kw) for config in WGMMA_CONFIGS
+             if grid_fits(meta, config.bm)]
+    return split + whole + twins

@@ -16,9 +16,9 @@ from plugrt.kernels import Epilogue, aligned, cuda
 from plugrt.plugin import Tactic
 
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
-from .simt import choose_splits, fits, is_even
+from .simt import choose_splits, fits, grid_fits, is_even
 from .store import gemm_launches, staging_bytes
-from .wgmma import BK, WgmmaConfig, hopper, wgmma_kernel
+from .wgmma import BK, RAGGED, WgmmaConfig, hopper, wgmma_kernel
 
 #: K (in halves) of one 128-byte swizzle line of FP16.
 HALF_BK = 2 * BK
@@ -69,12 +69,15 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
         for s in ((splits, 1) if splits > 1 else (1,)):
             found.append(_half_tactic(config, meta, offs, operands, held is not None, s, epilogue, alpha, beta,
                                       c_index, fallback, emulated))
-    return found
+    # Last, each tile's ragged twin, offered at every size (a dynamic profile's other shapes).
+    return found + [_half_tactic(config, meta, offs, operands, held is not None, 1, epilogue, alpha, beta, c_index,
+                                 fallback, emulated, ragged=True)
+                    for config in wgmma.WGMMA_CONFIGS if grid_fits(meta, config.bm)]
 
 
 def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, splits: int, epilogue: Epilogue,
-                 alpha: float, beta: float, c_index, fallback: Tactic | None, emulated) -> Tactic:
-    even = is_even(meta, config.bm, config.bn, HALF_BK)
+                 alpha: float, beta: float, c_index, fallback: Tactic | None, emulated, ragged: bool = False) -> Tactic:
+    even = not ragged and is_even(meta, config.bm, config.bn, HALF_BK)
 
     def kernel_for(split, vector):
         return wgmma_kernel(config, True, True, even, split, epilogue.fn, emulated, True,
@@ -93,6 +96,7 @@ def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, split
 
     if fallback is not None:
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = f"wgmma_f16_{config.bm}x{config.bn}x{HALF_BK}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
-    params = {**config.params(), "bk": HALF_BK, "splits": splits, "held_b": holds_b}
+    name = (f"wgmma_f16_{config.bm}x{config.bn}x{HALF_BK}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
+            + (RAGGED if ragged else ""))
+    params = {**config.params(), "bk": HALF_BK, "splits": splits, "held_b": holds_b, "even": even}
     return Tactic(name, launches, params, workspace_bytes)
