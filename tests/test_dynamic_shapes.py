@@ -39,6 +39,7 @@ def test_probe_shapes_are_min_max_an_odd_shape_between_and_powers_of_two():
     ranged = OptimizationProfile().set_shape("x", (3, 1), (4, 64), (7, 100))
     assert generic.probe_shapes(ranged) == [{"x": (3, 1)}, {"x": (7, 100)}, {"x": (5, 51)}, {"x": (4, 64)}]
     assert generic.probe_shapes(OptimizationProfile().set_shape("x", (2, 3), (2, 3), (2, 3))) == []
+    assert generic.probe_shapes(OptimizationProfile().set_shape("x", (0, 3), (0, 3), (0, 3))) == []  # (empty)
 
 
 def test_a_transformer_runs_every_sequence_length_with_the_plans_kernels(tmp_path):

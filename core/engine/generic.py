@@ -50,7 +50,7 @@ def _power_of_two_within(a: int, c: int) -> int:
     """The largest power of two in ``[a, c]`` (tiles divide it: a kernel that leaves out
     bounds checks there shows it), else ``a``."""
     power = 1 << max(int(c), 1).bit_length() - 1
-    return power if power >= a else a
+    return power if a <= power <= c else a
 
 
 def _odd_between(a: int, c: int) -> int:
