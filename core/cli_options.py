@@ -149,7 +149,8 @@ def add_profile(config, args, run_shapes: dict | None = None) -> None:
         opt = {**(run_shapes or {}), **opt} if k == 0 else opt
         if low or opt or high:
             config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
-    config.specialize_shapes = [parse_shapes(text, "--specialize-shapes") for text in args.specialize_shapes or ()]
+    config.specialize_shapes = [parse_shapes(text, "--specialize-shapes")
+                                for text in getattr(args, "specialize_shapes", None) or ()]  # (check has none)
 
 
 def build_engine(args, model, run_shapes: dict | None = None):

@@ -441,6 +441,7 @@ def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarra
             fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=s, **kw)
             (split if s > 1 else whole).append(wgmma_tactic(config, meta, offs, splits=s, fallback=fallback, **kw))
     fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=1, **kw)
+    # (On a GPU: in the simulator, where the MMAs are emulated, the tiled kernels serve every size.)
     twins = [wgmma_tactic(config, meta, offs, fallback=fallback, ragged=True, **kw) for config in WGMMA_CONFIGS
-             if grid_fits(meta, config.bm)]
+             if grid_fits(meta, config.bm) and not simulated()]
     return split + whole + twins

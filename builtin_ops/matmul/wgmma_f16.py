@@ -12,7 +12,7 @@ constant B) is held transposed by the tactic, ``[N, K]``, so weight products qua
 from __future__ import annotations
 
 import numpy as np
-from plugrt.kernels import Epilogue, aligned, cuda
+from plugrt.kernels import Epilogue, aligned, cuda, simulated
 from plugrt.plugin import Tactic
 
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
@@ -72,7 +72,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
     # Last, each tile's ragged twin, offered at every size (a dynamic profile's other shapes).
     return found + [_half_tactic(config, meta, offs, operands, held is not None, 1, epilogue, alpha, beta, c_index,
                                  fallback, emulated, ragged=True)
-                    for config in wgmma.WGMMA_CONFIGS if grid_fits(meta, config.bm)]
+                    for config in wgmma.WGMMA_CONFIGS if grid_fits(meta, config.bm) and not simulated()]
 
 
 def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, splits: int, epilogue: Epilogue,
