@@ -28,6 +28,7 @@ from plugrt.device import simulated
 from plugrt.engine import buckets
 from plugrt.engine.feeds import Conversions, as_bindable, as_device
 from plugrt.engine.profile import check_binding
+from plugrt.engine.profile import profile_index as _profile_index
 from plugrt.engine.specialization import Specialization
 from plugrt.engine.staging import HostStaging
 from plugrt.errors import BindingError, PlugrtError
@@ -417,13 +418,6 @@ class _Release:
     def __exit__(self, *exc):
         self._lock.release()
 
-
-
-def _profile_index(engine, index) -> int:
-    count = len(engine.profiles)
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
-        raise PlugrtError(f"optimization profile {index!r}: the engine has {count} profile(s), 0 to {count - 1}")
-    return int(index)
 
 
 def _host(value) -> np.ndarray:

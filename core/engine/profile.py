@@ -212,6 +212,14 @@ def resolve_specializations(graph: Graph, config: BuilderConfig, profiles: list)
     return found
 
 
+def profile_index(engine, index) -> int:
+    """``index`` checked as one of ``engine``'s optimization profiles."""
+    count = len(engine.profiles)
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
+        raise PlugrtError(f"optimization profile {index!r}: the engine has {count} profile(s), 0 to {count - 1}")
+    return int(index)
+
+
 def check_binding(profiles: list[OptimizationProfile], index: int, name: str, shape: tuple[int, ...]) -> None:
     """Raise :class:`BindingError` unless input ``name``'s ``shape`` lies within profile
     ``index`` (the one a context uses); the message gives every profile's range and one
