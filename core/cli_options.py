@@ -22,6 +22,11 @@ def add_shape_options(parser) -> None:
                             help=f"{which} shapes of dynamic inputs, e.g. input:1x3x224x224 (a shape given "
                                  "for one of min/opt/max stands for the others not given); repeat the flags for "
                                  "several optimization profiles: the k-th --min/--opt/--max-shapes make profile k")
+    for which in ("min", "opt", "max"):
+        parser.add_argument(f"--{which}-values", action="append", default=[], metavar="NAME:VxVx..,...",
+                            help=f"{which} values of shape-tensor inputs (read on the host at run time, e.g. a "
+                                 "Reshape's target), e.g. shape:1x-1x64; as the shapes: one given stands for the "
+                                 "others, the k-th of each flag is profile k's")
 
 
 def add_build_options(parser) -> None:
@@ -89,6 +94,7 @@ def add_build_options(parser) -> None:
 
 #: The build options that change what is built (``plugrt bench`` refuses them for a plan).
 BUILD_ONLY = (("min_shapes", "--min-shapes", []), ("opt_shapes", "--opt-shapes", []), ("max_shapes", "--max-shapes", []),
+              ("min_values", "--min-values", []), ("opt_values", "--opt-values", []), ("max_values", "--max-values", []),
               ("specialize_shapes", "--specialize-shapes", []), ("no_fusion", "--no-fusion", False), ("disable_pass", "--disable-pass", []),
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
@@ -120,6 +126,20 @@ def parse_shapes(text: str, flag: str) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_values(text: str, flag: str) -> dict[str, list]:
+    """``"shape:1x-1x64,k:0.5"`` -> ``{"shape": [1, -1, 64], "k": [0.5]}``."""
+    values = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, numbers = item.rpartition(":")
+        try:
+            if not sep or not name or not numbers:
+                raise ValueError
+            values[name] = [int(v) if v.lstrip("-").isdigit() else float(v) for v in numbers.split("x")]
+        except ValueError:
+            raise PlugrtError(f"{flag}: {item!r} is not NAME:VxVx... (e.g. shape:1x-1x64)") from None
+    return values
+
+
 def check_timing_cache(path: str, inputs: dict, force: bool) -> None:
     """``--timing-cache``: read before the build (missing: empty), written after it."""
     from plugrt.tuning import TimingCache
@@ -143,12 +163,22 @@ def add_profile(config, args, run_shapes: dict | None = None) -> None:
         counts = ", ".join(f"--{which}-shapes {len(texts)}" for which, texts in given.items())
         raise PlugrtError(f"several optimization profiles take each of --min-shapes, --opt-shapes and --max-shapes "
                           f"once per profile, or not at all; got {counts}")
+    values = {which: list(getattr(args, f"{which}_values", None) or []) for which in ("min", "opt", "max")}
+    if any(len(texts) not in (0, max(count, 1)) for texts in values.values()):
+        raise PlugrtError(f"--min-values, --opt-values and --max-values come once per optimization profile "
+                          f"({max(count, 1)}: as many as the --min/--opt/--max-shapes), or not at all")
     for k in range(max(count, 1)):
         low, opt, high = (parse_shapes(texts[k], f"--{which}-shapes") if texts else {}
                           for which, texts in given.items())
         opt = {**(run_shapes or {}), **opt} if k == 0 else opt
-        if low or opt or high:
-            config.add_optimization_profile(OptimizationProfile.from_given(low, opt, high))
+        corners = [parse_values(texts[k], f"--{which}-values") if texts else {} for which, texts in values.items()]
+        if low or opt or high or any(corners):
+            profile = OptimizationProfile.from_given(low, opt, high)
+            for name in sorted(set().union(*corners)):
+                known = [c[name] for c in corners if name in c]
+                triple = [c.get(name, known[-1] if i == 2 else known[0]) for i, c in enumerate(corners)]
+                profile.set_shape_input(name, *triple)
+            config.add_optimization_profile(profile)
     config.specialize_shapes = [parse_shapes(text, "--specialize-shapes")
                                 for text in getattr(args, "specialize_shapes", None) or ()]  # (check has none)
 

@@ -237,6 +237,13 @@ class OpPlugin(OpIdentity):
         """
         return None
 
+    def output_bounds(self, node: "Node", inputs: Sequence[TensorInfo]) -> list[tuple[int, ...]] | None:
+        """Data-dependent outputs (NonZero's): each output's largest shape at these input
+        shapes, or ``None`` (the default). Such a node's tactics get one more output, int64
+        with an element per output dim, to write the outputs' actual shapes into; each output
+        is written C-contiguous at its actual shape (docs/PLUGIN_API.md, "Data-dependent")."""
+        return None
+
     def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
                 epilogue=None) -> list:
         """Return the CUDA implementations (:class:`plugrt.tactic.Tactic`) of this node, best first.

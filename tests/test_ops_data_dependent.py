@@ -1,7 +1,8 @@
 """NonZero (builtin-shape) and NonMaxSuppression (builtin-spatial): ops whose output size is
 their input's data. Their references against ONNX's own, and through engines: on the host
 where the inputs are known when the engine is specialized (constants, shape computations,
-shape-tensor inputs), refused at build time where the inputs are computed on the device."""
+shape-tensor inputs); where they are computed on the device, NonZero runs as a
+data-dependent layer and NonMaxSuppression is refused at build time."""
 
 from __future__ import annotations
 
@@ -31,12 +32,17 @@ def _model(nodes, inputs, output, initializers=()):
 
 
 def _config(shapes, values=None):
+    """A profile of these static shapes; ``values``: shape-tensor inputs' opt values, or
+    ``(min, opt, max)`` values."""
     config = BuilderConfig(optimization_level=0, progress=False)
     profile = OptimizationProfile()
     for name, shape in shapes.items():
         profile.set_shape(name, shape, shape, shape)
     for name, value in (values or {}).items():
-        profile.set_shape_values(name, value)
+        if isinstance(value, tuple):
+            profile.set_shape_input(name, *value)
+        else:
+            profile.set_shape_values(name, value)
     config.add_optimization_profile(profile)
     return config
 
@@ -87,7 +93,8 @@ def test_nonzero_of_a_shape_tensor_input_follows_its_values(registry, rng):
                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])], "y",
                    [("flat", np.array([-1], np.int64))])
     built_for = np.array([1, 0, 0, 1, 0, 0, 0, 0], bool)
-    engine = Builder(registry).build_engine(model, _config({"m": (8,), "x": (3, 8)}, {"m": built_for}))
+    mask_range = (np.zeros(8, bool), built_for, np.ones(8, bool))
+    engine = Builder(registry).build_engine(model, _config({"m": (8,), "x": (3, 8)}, {"m": mask_range}))
     assert [layer["op"] for layer in engine.inspect()["layers"]] == ["Gather", "Relu"]
     context = engine.create_execution_context()
     x = rng.standard_normal((3, 8)).astype(np.float32)
@@ -96,17 +103,33 @@ def test_nonzero_of_a_shape_tensor_input_follows_its_values(registry, rng):
         np.testing.assert_array_equal(got, np.maximum(x[:, np.nonzero(mask)[0]], 0))
 
 
-def test_nonzero_of_device_data_is_refused_at_build_time(registry):
+def test_nonzero_of_device_data_runs_as_a_data_dependent_layer(registry, rng):
+    """Relu -> NonZero: the count is known only after the device ran; the output comes
+    back at its actual size (tests/test_data_dependent_shapes.py has the engine's side)."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("NonZero", ["r"], ["y"], name="nonzero")]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], "y")
-    with pytest.raises(UnsupportedError, match="nonzero.*depends on input data"):
-        Builder(registry).build_engine(model, _config({"x": (2, 3)}))
+    engine = Builder(registry).build_engine(model, _config({"x": (2, 3)}))
+    assert [layer["op"] for layer in engine.inspect()["layers"]] == ["Relu", "NonZero"]
+    with engine.create_execution_context() as context:
+        for x in (rng.standard_normal((2, 3)), np.zeros((2, 3)), np.ones((2, 3))):
+            x = x.astype(np.float32)
+            np.testing.assert_array_equal(context.execute({"x": x})["y"], np.vstack(np.nonzero(np.maximum(x, 0))))
 
 
-def test_nonzero_has_no_device_tactic(registry):
-    with pytest.raises(UnsupportedError, match="known only on the device"):
-        check_node("NonZero", {"x": np.ones((2, 3), np.float32)}, registry=registry)
+@pytest.mark.parametrize("x", [
+    np.array([[0.0, 2.5, -1.0], [0.0, -0.0, np.nan]], np.float32),
+    np.arange(-3, 9, dtype=np.int64).reshape(2, 3, 2) % 3,
+    np.array([[1, 0], [1, 1]], bool),
+    np.array(5, np.int32),
+    np.array(0.0, np.float16),
+    np.array([0, 3, 0, 0, 7, 1, 0, 0, 0, 2], np.uint8),
+    np.array([[0.5, 0.0], [-0.0, -2.0]], np.float64),
+], ids=["float32-nan-negzero", "int64-3d", "bool", "0d-nonzero", "0d-zero", "uint8", "float64"])
+def test_nonzero_tactic_matches_the_reference(registry, x):
+    """The scan tactic reports (rank, count) and writes the indices in row-major order;
+    -0.0 is zero and NaN nonzero, as in NumPy."""
+    check_node("NonZero", {"x": x}, registry=registry)
 
 
 # ---------------------------------------------------------------------- NonMaxSuppression
@@ -157,7 +180,8 @@ def test_nms_on_the_host_feeds_device_layers(registry, rng):
     inputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 10]),
               helper.make_tensor_value_info("features", TensorProto.FLOAT, [10, 5])]
     model = _model(nodes, inputs, "y", initializers)
-    config = _config({"scores": (1, 1, 10), "features": (10, 5)}, {"scores": feeds["scores"]})
+    score_range = (np.zeros((1, 1, 10), np.float32), feeds["scores"], np.ones((1, 1, 10), np.float32))
+    config = _config({"scores": (1, 1, 10), "features": (10, 5)}, {"scores": score_range})
     engine = Builder(registry).build_engine(model, config)
     report = engine.inspect()
     assert "nms" in report["host_nodes"] and [layer["op"] for layer in report["layers"]] == ["Gather"]

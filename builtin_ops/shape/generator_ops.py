@@ -272,12 +272,11 @@ class NonZero(OpPlugin):
     """The indices (rank, count) of X's nonzero elements, in row-major order (a 0-D X
     gives shape (0, count), as ONNX's reference does).
 
-    The count is X's data, so the output's size is known only where X's values are: a
-    constant, a computation of constants or shapes, or a shape-tensor input. There the
-    node runs on the host, at each specialization, like a shape computation. X computed on
-    the device is refused at build time (the builder names the output whose size depends
-    on data): sizing an output on the device needs an output allocator and a sync point
-    in the runtime, which the engine does not have.
+    The count is X's data. Where X's values are known when the engine is specialized (a
+    constant, a computation of constants or shapes, a shape-tensor input) the node runs on
+    the host, like a shape computation; X computed on the device runs the scan tactic
+    (:func:`.generators.nonzero_tactic`) as a data-dependent layer: its output is sized for
+    every element nonzero (:meth:`output_bounds`), and the engine reads the count after it.
     """
 
     op_type = "NonZero"
@@ -291,15 +290,18 @@ class NonZero(OpPlugin):
             return [TensorInfo.of(np.zeros((x.rank, 0), np.int64))]
         return [TensorInfo(INT64, (x.rank, fresh_dim(node, 1)))]
 
+    def output_bounds(self, node, inputs):
+        return [(inputs[0].rank, math.prod(inputs[0].shape))]
+
     def reference(self, node, inputs):
         x = inputs[0]
         if x.ndim == 0:
             return [np.zeros((0, int(np.count_nonzero(x))), np.int64)]
         return [np.ascontiguousarray(np.vstack(np.nonzero(x)).astype(np.int64))]
 
+    @concrete_shapes
     def tactics(self, node, inputs, outputs):
-        raise self.unsupported(node, "an input known only on the device (the output's size is its data)",
-                               "make it a constant, a computation of constants or a shape-tensor input")
+        return [generators.nonzero_tactic(inputs[0].shape, inputs[0].dtype)]
 
 
 OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot, NonZero)

@@ -1,6 +1,7 @@
 """CUDA tactics of the generator ops: tensors made rather than moved (Shape, Size,
 Constant, ConstantOfShape write values known at build time; Range, OneHot and Trilu
-compute from their inputs, which may be runtime tensors).
+compute from their inputs, which may be runtime tensors; NonZero lists the indices of
+its input's nonzero elements, its output's size that input's data).
 
 Scalars an op reads from an input (Range's start and delta, Trilu's k, OneHot's values)
 stay on the device: the kernel reads element 0 of a one-element array, which is a copy
@@ -14,12 +15,12 @@ import functools
 from typing import Sequence
 
 import numpy as np
-from numba import float32, float64, int64
+from numba import float32, float64, int32, int64
 
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.plugin import Launch, Tactic
 
-from .copies import bits, element_count, fill_launch, table_launch
+from .copies import UINT, bits, element_count, fill_launch, int64_table, table_launch
 
 
 def scalar_source(info, device_array, dtype=None):
@@ -196,3 +197,97 @@ def trilu_tactic(shape: Sequence[int], upper: bool, k_info) -> Tactic:
         return [Launch(trilu_kernel, blocks, threads, args)]
 
     return Tactic("trilu", launches)
+
+
+# --------------------------------------------------------------------------- NonZero
+
+#: Most threads a NonZero block runs (its shared scan array).
+NONZERO_THREADS = 256
+
+
+@jit
+def nonzero_count_kernel(x, mask, n, counts, chunks):
+    """``counts[c]``: the nonzero elements (``x & mask``, bits views) of chunk ``c``, a
+    block's worth of elements."""
+    t = cuda.threadIdx.x
+    width = cuda.blockDim.x
+    for c in range(cuda.blockIdx.x, chunks, cuda.gridDim.x):
+        i = c * width + t
+        flag = 0
+        if i < n and (x[i] & mask) != 0:
+            flag = 1
+        total = cuda.syncthreads_count(flag)
+        if t == 0:
+            counts[c] = total
+
+
+@jit
+def nonzero_offsets_kernel(counts, chunks, shape, rank):
+    """Each chunk's count becomes its first index's position; ``shape`` gets the output's
+    shape, ``(rank, total)``."""
+    if cuda.grid(1) == 0:
+        total = int64(0)
+        for c in range(chunks):
+            here = counts[c]
+            counts[c] = total
+            total += here
+        shape[0] = rank
+        shape[1] = total
+
+
+@jit
+def nonzero_write_kernel(x, mask, n, counts, chunks, shape, out, dims, rank):
+    """Each nonzero element's index, one row per axis: ``out[d, position]``, the position
+    its chunk's offset plus its rank in the chunk (an inclusive scan in shared memory)."""
+    flags = cuda.shared.array(NONZERO_THREADS, int32)
+    t = cuda.threadIdx.x
+    width = cuda.blockDim.x
+    total = shape[1]
+    for c in range(cuda.blockIdx.x, chunks, cuda.gridDim.x):
+        i = c * width + t
+        flag = 0
+        if i < n and (x[i] & mask) != 0:
+            flag = 1
+        flags[t] = flag
+        cuda.syncthreads()
+        step = 1
+        while step < width:
+            before = 0
+            if t >= step:
+                before = flags[t - step]
+            cuda.syncthreads()
+            flags[t] += before
+            cuda.syncthreads()
+            step *= 2
+        if flag != 0:
+            position = counts[c] + flags[t] - 1
+            rest = int64(i)
+            for d in range(rank - 1, -1, -1):
+                size = dims[d]
+                out[d * total + position] = rest % size
+                rest //= size
+        cuda.syncthreads()
+
+
+def nonzero_tactic(shape: Sequence[int], dtype) -> Tactic:
+    """NonZero of a runtime input: count per chunk, offsets (and the output's shape, which
+    the engine reads), then the indices, in row-major order. A float's sign bit is left
+    out of the test, so -0.0 counts as zero and NaN as nonzero, as in NumPy."""
+    dtype = np.dtype(dtype)
+    n, rank = element_count(shape), len(shape)
+    _, threads = grid_1d(n, NONZERO_THREADS)
+    chunks = -(-n // threads)
+    width = 8 * dtype.itemsize
+    mask = UINT[dtype.itemsize]((1 << (width - 1)) - 1 if dtype.kind == "f" else (1 << width) - 1)
+
+    def launches(ins, outs, workspace):
+        counts = workspace.view(np.int64)[:chunks]
+        x, found = bits(ins[0]), outs[-1]
+        blocks = max(1, min(chunks, grid_1d(n, NONZERO_THREADS)[0]))
+        args = (x, mask, np.int64(n), counts, np.int64(chunks))
+        return [Launch(nonzero_count_kernel, blocks, threads, args),
+                Launch(nonzero_offsets_kernel, 1, 1, (counts, np.int64(chunks), found, np.int64(rank))),
+                Launch(nonzero_write_kernel, blocks, threads,
+                       args + (found, flat(outs[0]), int64_table(shape), np.int64(rank)))]
+
+    return Tactic("nonzero_scan", launches, workspace_bytes=8 * chunks)

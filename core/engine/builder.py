@@ -137,7 +137,8 @@ class Builder:
         if dynamic_dim is not None:
             graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
             given = config.profiles[0] if config.profiles else OptimizationProfile()
-            profile = OptimizationProfile(dict(given.shapes), dict(given.shape_values), dict(given.given))
+            profile = OptimizationProfile(dict(given.shapes), dict(given.shape_values), dict(given.given),
+                                           dict(given.value_ranges))
             for name in graph.inputs:
                 shape = graph.info(name).shape
                 if name not in profile.shapes and not is_static(shape):
@@ -177,7 +178,7 @@ class Builder:
                           precision=precision, int8=int8)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         at = [(concretize(graph, {n: s[1] for n, s in p.shapes.items()}, self.registry, p.shape_values),
-               concretize(graph, {n: s[2] for n, s in p.shapes.items()}, self.registry, p.shape_values))
+               concretize(graph, {n: s[2] for n, s in p.shapes.items()}, self.registry, p.values_at(2)))
               for p in profiles]
         opt_graph, max_graph = at[0]
         device = [index for index, node in enumerate(max_graph.nodes) if not is_host_node(max_graph, node)]

@@ -26,7 +26,9 @@ import numpy as np
 from plugrt.bindings import check_inputs
 from plugrt.device import simulated
 from plugrt.engine import buckets
-from plugrt.engine.feeds import Conversions, as_bindable, as_device
+from plugrt.engine import outputs as outputs_
+from plugrt.engine.feeds import Conversions, as_bindable, as_device, host_values
+from plugrt.engine.graphs import NonBlockingStream
 from plugrt.engine.profile import check_binding
 from plugrt.engine.profile import profile_index as _profile_index
 from plugrt.engine.specialization import Specialization
@@ -71,6 +73,9 @@ class ExecutionContext:
         self._warned_graphs = False
         self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self.current: Specialization | None = None
+        self._last: Specialization | None = None  # (the last run's last specialization)
+        self._allocators: dict = {}
+        self._allocated: dict = {}
         self._at_opt()
 
     # ------------------------------------------------------------------ optimization profiles
@@ -91,17 +96,21 @@ class ExecutionContext:
                 self._checked = None
                 self._at_opt()
 
-    def specialize(self, shapes) -> Specialization:
-        """Prepare the run of these input shapes (within the context's profile): its
-        launches, its kernels loaded (from the plan or the kernel cache) or compiled; a
-        server warms a context up with its common shapes this way. Runs nothing."""
+    def specialize(self, shapes, values=None) -> Specialization:
+        """Prepare the run of these input shapes (within the context's profile; shape-tensor
+        inputs at these ``values``, else the opt ones): its launches, its kernels loaded
+        (from the plan or the kernel cache) or compiled; a server warms a context up with
+        its common shapes this way. Runs nothing."""
         with self._using():
+            profile = self.engine.profiles[self.profile_index]
             shapes = {name: tuple(int(d) for d in shape) for name, shape in shapes.items()}
             for name in self.engine.graph.inputs:
                 if name not in shapes:
                     raise BindingError(f"specialize: no shape for input {name!r}")
                 check_binding(self.engine.profiles, self.profile_index, name, shapes[name])
-            return self._specialization(shapes, self.engine.profiles[self.profile_index].shape_values)
+            values = {**profile.shape_values, **(values or {})}
+            profile.check_values(values)
+            return self._specialization(shapes, values)
 
     def _at_opt(self) -> None:
         profile = self.engine.profiles[self.profile_index]
@@ -121,8 +130,7 @@ class ExecutionContext:
             self.stream.synchronize()
             return outputs
         with self._using():
-            spec = self._copy_inputs(feeds, self.stream)
-            spec.run(self.stream, self)
+            spec = self._run(self._copy_inputs(feeds, self.stream), self.stream)
             pending = {}
             for name, (kind, value) in spec.outputs.items():
                 pending[name] = np.array(value) if kind == "host" else self._staging.download(name, value, self.stream)
@@ -142,12 +150,14 @@ class ExecutionContext:
 
         stream = self._stream(stream)
         with self._using():
-            spec = self._copy_inputs(feeds, stream, outputs or {})
+            spec = self._run(self._copy_inputs(feeds, stream), stream, outputs or {})
             given = spec.given_outputs
-            spec.run(stream, self)
             results = {}
             for name, (kind, value) in spec.outputs.items():
                 target = given.get(name)
+                if name in self._allocators:
+                    results[name] = outputs_.allocate(self._allocators, self._allocated, name, value, stream)
+                    continue
                 if kind == "host":
                     if target is not None:
                         target.copy_to_device(np.ascontiguousarray(value, target.dtype), stream=stream)
@@ -166,6 +176,22 @@ class ExecutionContext:
                 results[name] = outputs[name]
             return results
 
+    def set_output_allocator(self, name: str, allocator) -> None:
+        """Give output ``name`` an output allocator (TensorRT's ``IOutputAllocator``;
+        ``None`` removes it): ``execute_async`` then writes the output into the memory it
+        gives, once the run knows the output's shape (:mod:`plugrt.engine.outputs`). How an
+        output whose size is data (NonZero's) is written to the caller's memory."""
+        outputs = self.engine.graph.outputs
+        if name not in outputs:
+            raise BindingError(f"output allocator for {name!r}: the model has no such output; its outputs are "
+                               f"{', '.join(map(repr, outputs))}")
+        self._allocated.pop(name, None)
+        if allocator is None:
+            self._allocators.pop(name, None)
+            return
+        outputs_.check_allocator(name, allocator)
+        self._allocators[name] = allocator
+
     def copy_inputs(self, feeds: Mapping[str, object], stream=None) -> Specialization:
         """Check ``feeds``, choose the specialization for their shapes and enqueue the input
         copies (or bind device inputs in place) on ``stream``: the first step of a run."""
@@ -177,22 +203,39 @@ class ExecutionContext:
         """Replay the current specialization (inputs already in place) on ``stream``."""
         stream = self._stream(stream)
         with self._using():
-            self.current.run(stream, self)
+            self._run(self.current, stream)
             self._done.record(stream)
 
     def output_arrays(self) -> dict:
-        """The current specialization's outputs where the context keeps them: device arrays
-        (NumPy arrays for outputs known on the host), overwritten by the next run."""
-        return {name: value for name, (kind, value) in self.current.outputs.items()}
+        """The last run's outputs where the context keeps them: device arrays (NumPy arrays
+        for outputs known on the host), overwritten by the next run."""
+        spec = self._last if self._last is not None else self.current
+        return {name: value for name, (kind, value) in spec.outputs.items()}
 
-    def _copy_inputs(self, feeds: Mapping[str, object], stream, outputs: Mapping[str, object] = {}) -> Specialization:
+    def _run(self, spec: Specialization, stream, outputs: Mapping[str, object] = {}) -> Specialization:
+        """Enqueue ``spec`` and, past each data-dependent layer it ends with, the
+        specialization for the sizes that layer reported (read with a synchronization of
+        ``stream``); the last one, whose outputs are the run's."""
+        first = spec
+        while spec.pending is not None:
+            spec.run(stream, self)
+            spec = self._following(spec, spec.reported_sizes(stream))
+        spec.given_outputs = outputs_.bind_outputs(spec, outputs, spec is not first,
+                                                   lambda name, a: self._converted.get(("output", name), a, as_device))
+        spec.run(stream, self)
+        self._last = spec
+        return spec
+
+    def _copy_inputs(self, feeds: Mapping[str, object], stream) -> Specialization:
         feeds = self._bind(feeds)
-        values = {name: _host(feeds[name]) for name in self.engine.profiles[self.profile_index].shape_values}
+        profile = self.engine.profiles[self.profile_index]
+        values = {name: host_values(feeds[name]) for name in profile.shape_values}
+        profile.check_values(values)
         spec = self._specialization({name: tuple(int(d) for d in feeds[name].shape) for name in feeds}, values)
         self._order_after_last_run(stream)
         for name, view in spec.input_views.items():
             source = feeds[name]
-            if name in spec.slots:
+            if name in spec.slots and spec.pending is None:  # (a chain's later launches read the buffer)
                 if spec.can_bind(name, source):
                     spec.bind(name, source)
                     continue
@@ -203,34 +246,7 @@ class ExecutionContext:
                 self._staging.upload(name, source, view, stream)
             else:
                 view.copy_to_device(source, stream=stream)
-        spec.given_outputs = self._bind_outputs(spec, outputs)
         return spec
-
-    def _bind_outputs(self, spec: Specialization, outputs: Mapping[str, object]) -> dict:
-        if not isinstance(outputs, Mapping):
-            raise BindingError(f"outputs must be a mapping of output name to device array, got {type(outputs).__name__}")
-        given = {}
-        for name, array in outputs.items():
-            if name not in spec.outputs:
-                raise BindingError(f"output binding {name!r}: the model has no such output; its outputs are "
-                                   f"{', '.join(map(repr, spec.outputs))}")
-            array = self._converted.get(("output", name), array, as_device)
-            kind, value = spec.outputs[name]
-            shape = tuple(int(d) for d in np.shape(value))
-            if tuple(array.shape) != shape or np.dtype(array.dtype) != np.dtype(value.dtype):
-                raise BindingError(f"output binding {name!r}: expected a device array of {np.dtype(value.dtype)}"
-                                   f"{list(shape)}, got {np.dtype(array.dtype)}{list(array.shape)}")
-            given[name] = array
-        spec.in_place = set()
-        for name in spec.slots:
-            if name in spec.outputs and name not in spec.input_views:
-                target = given.get(name)
-                if target is not None and spec.can_bind(name, target):
-                    spec.bind(name, target)
-                    spec.in_place.add(name)
-                else:
-                    spec.bind(name, None)
-        return given
 
     def _order_after_last_run(self, stream) -> None:
         """A run on another stream than the last waits for the last one, on the device."""
@@ -260,7 +276,7 @@ class ExecutionContext:
                 spec.close()
             self._specs.clear()
             self._closed = True
-        self.current = None
+        self.current = self._last = None
         self.arena = self.workspace = None
         self._io.clear()
         self._staging.close()
@@ -293,7 +309,7 @@ class ExecutionContext:
         """The context's capture stream: non-blocking, so that another thread's copies on
         the legacy default stream never join a capture in progress."""
         if self._capture_stream is None:
-            self._capture_stream = _NonBlockingStream()
+            self._capture_stream = NonBlockingStream()
         return self._capture_stream.handle
 
     def make_room_for_graph(self, spec: Specialization) -> None:
@@ -364,37 +380,29 @@ class ExecutionContext:
         key = (self.profile_index,) + tuple((name, tuple(shapes[name])) for name in self.engine.graph.inputs)
         if values:
             key += tuple((name, np.asarray(values[name]).tobytes()) for name in sorted(values))
+        self.current = self._kept(key, lambda: Specialization(self, dict(shapes), values))
+        return self.current
+
+    def _following(self, spec: Specialization, sizes: dict) -> Specialization:
+        """The specialization after ``spec``'s data-dependent layer for the sizes it reported."""
+        key = spec.key + (tuple((name, tuple(map(tuple, shapes))) for name, shapes in sorted(sizes.items())),)
+        return self._kept(key, lambda: spec.following(self, sizes))
+
+    def _kept(self, key: tuple, make) -> Specialization:
         spec = self._specs.get(key)
         if spec is None:
-            spec = Specialization(self, dict(shapes), values)
+            spec = make()
+            spec.key = key
             self._specs[key] = spec
             while len(self._specs) > MAX_SPECIALIZATIONS:
                 _, oldest = self._specs.popitem(last=False)
                 oldest.close()
         else:
             self._specs.move_to_end(key)
-        self.current = spec
         return spec
 
 
 _thread_state = threading.local()
-
-
-class _NonBlockingStream:
-    def __init__(self):
-        from cuda.bindings import driver as drv
-
-        err, self._stream = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise PlugrtError(f"cuStreamCreate failed: {err}")
-        self.handle = int(self._stream)
-
-    def close(self) -> None:
-        from cuda.bindings import driver as drv
-
-        if self._stream is not None:
-            drv.cuStreamDestroy(self._stream)
-            self._stream = None
 
 
 def _cuda_context_current() -> None:
@@ -418,11 +426,6 @@ class _Release:
     def __exit__(self, *exc):
         self._lock.release()
 
-
-
-def _host(value) -> np.ndarray:
-    """A shape-tensor input's values on the host."""
-    return value if isinstance(value, np.ndarray) else value.copy_to_host()
 
 
 def host_seconds_per_launch(context: ExecutionContext, repeats: int = 200) -> float:

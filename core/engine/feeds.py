@@ -115,3 +115,8 @@ def as_device(name: str, value):
     if not value.is_c_contiguous():
         raise BindingError(f"output binding {name!r}: the device array must be C-contiguous")
     return value
+
+
+def host_values(value) -> np.ndarray:
+    """A shape-tensor input's values on the host."""
+    return value if isinstance(value, np.ndarray) else value.copy_to_host()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,20 +31,50 @@ from plugrt.tuning.kernel_keys import layer_key
 log = logging.getLogger("plugrt.builder")
 
 
-def probe_shapes(profile) -> list[dict]:
-    """The shapes a tactic must run the same code at to be generic over ``profile``: its
-    min and max shapes, one between (each dim halfway, made odd where the range allows)
-    and one of powers of two (each dim the largest in its range: where tiles divide the
-    sizes); fewer where they coincide. Empty for a profile of one shape."""
-    low = {name: tuple(entry[0]) for name, entry in profile.shapes.items()}
-    high = {name: tuple(entry[2]) for name, entry in profile.shapes.items()}
-    middle = {name: tuple(_odd_between(a, c) for a, c in zip(low[name], high[name])) for name in low}
-    even = {name: tuple(_power_of_two_within(a, c) for a, c in zip(low[name], high[name])) for name in low}
+@dataclass(frozen=True)
+class Probe:
+    """One probe: input shapes, shape-tensor input values, and how data-dependent outputs
+    are sized (a rule of :data:`plugrt.ir.infer.SIZE_RULES`)."""
+
+    shapes: dict
+    values: dict = field(default_factory=dict)
+    sizes: str = "max"
+
+    def graph(self, graph, registry):
+        return concretize(graph, self.shapes, registry, self.values, self.sizes)
+
+
+def probes(profile, data_dependent: bool = False) -> list[Probe]:
+    """What a tactic must run the same code at to be generic over ``profile``: its min and
+    max (shapes, shape-tensor values and, for a graph with ``data_dependent`` layers, the
+    sizes those report), one between (each dim halfway, made odd where the range allows)
+    and one of powers of two (each the largest in its range: where tiles divide the sizes);
+    fewer where they coincide. Empty where all coincide."""
+    corners = [{name: tuple(entry[which]) for name, entry in profile.shapes.items()} for which in (0, 2)]
+    values = [profile.values_at(which) for which in (0, 1, 2)]
+    middle = {name: tuple(_odd_between(a, c) for a, c in zip(*(s[name] for s in corners))) for name in corners[0]}
+    even = {name: tuple(_power_of_two_within(a, c) for a, c in zip(*(s[name] for s in corners))) for name in corners[0]}
     found = []
-    for shapes in (low, high, middle, even):
-        if shapes not in found:
-            found.append(shapes)
+    for shapes, vals, sizes in ((corners[0], values[0], "min"), (corners[1], values[2], "max"),
+                                (middle, _between(values, _odd_between), "odd"),
+                                (even, _between(values, _power_of_two_within), "even")):
+        probe = Probe(shapes, vals, sizes if data_dependent else "max")
+        if probe not in found:
+            found.append(probe)
     return found if len(found) > 1 else []
+
+
+def probe_shapes(profile) -> list[dict]:
+    """The input shapes of :func:`probes` (a profile without shape-tensor inputs)."""
+    return [probe.shapes for probe in probes(profile)]
+
+
+def _between(values: list[dict], pick) -> dict:
+    """Shape-tensor values between min and max by ``pick``; the opt values where they are
+    not all whole numbers."""
+    low, opt, high = values
+    return {name: [pick(int(a), int(c)) for a, c in zip(low[name], high[name])]
+            if all(float(v) == int(v) for v in low[name] + high[name]) else opt[name] for name in opt}
 
 
 def _power_of_two_within(a: int, c: int) -> int:
@@ -66,12 +97,14 @@ def choose_generic(engine) -> None:
     registry, layers = engine.registry, engine.layers
     generic: dict[int, list] = {}
     missing: list[str] = []
+    opt_graphs = [concretize(engine.graph, {n: e[1] for n, e in p.shapes.items()}, registry, p.shape_values)
+                  for p in engine.profiles]
     for index, profile in enumerate(engine.profiles):
-        probes = probe_shapes(profile)
-        if not probes:
+        opt = opt_graphs[index]
+        found = probes(profile, bool(opt.data_dependent))
+        if not found:
             continue
-        graphs = [concretize(engine.graph, shapes, registry, profile.shape_values) for shapes in probes]
-        opt = concretize(engine.graph, {n: e[1] for n, e in profile.shapes.items()}, registry, profile.shape_values)
+        graphs = [probe.graph(engine.graph, registry) for probe in found]
         for k, layer in enumerate(layers):
             node = engine.graph.nodes[layer.node_index]
             if layer.alias is not None or is_host_node(graphs[0], graphs[0].nodes[layer.node_index]):
@@ -129,10 +162,14 @@ def signature(registry, node, graph, tactic, weights: dict | None = None) -> tup
     """What ``tactic``'s launches for ``node`` at ``graph``'s shapes compile: each launch's
     key and kernel identity (the engine's ``weights`` on the device, and arrays of the
     right shapes for the other tensors, stand in)."""
+    from numba import cuda
+
     weights = weights or {}
     ins = [weights.get(name) if name in weights else _stand_in(graph, name) if name else None
            for name in node.inputs]
     outs = [_stand_in(graph, name) if name else None for name in node.outputs]
+    if node.name in graph.data_dependent:  # (where it reports its outputs' shapes)
+        outs.append(cuda.device_array(sum(len(bound) for bound in graph.data_dependent[node.name]), np.int64))
     workspace = _buffer(int(tactic.workspace_bytes)) if tactic.workspace_bytes else None
     key = layer_key(registry, node, graph, tactic)
     return tuple(launch_key(None if key is None else f"{key}/{i}", launch.kernel)

@@ -92,3 +92,22 @@ def _check(err, what: str) -> None:
 
     if err != drv.CUresult.CUDA_SUCCESS:
         raise PlugrtError(f"{what} failed: {err}")
+
+
+class NonBlockingStream:
+    """A stream that never joins the legacy default stream (what captures run on)."""
+
+    def __init__(self):
+        from cuda.bindings import driver as drv
+
+        err, self._stream = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise PlugrtError(f"cuStreamCreate failed: {err}")
+        self.handle = int(self._stream)
+
+    def close(self) -> None:
+        from cuda.bindings import driver as drv
+
+        if self._stream is not None:
+            drv.cuStreamDestroy(self._stream)
+            self._stream = None

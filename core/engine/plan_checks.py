@@ -168,7 +168,7 @@ def concretize_at(graph, profile, which: int, registry, label: str, where: str =
 
     shapes = {name: entry[which] for name, entry in profile.shapes.items()}
     try:
-        return concretize(graph, shapes, registry, profile.shape_values)
+        return concretize(graph, shapes, registry, profile.values_at(which))
     except PlugrtError as exc:
         raise _refuse(label, f"{where}.{('min', 'opt', 'max')[which]}", exc) from None
 

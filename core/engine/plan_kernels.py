@@ -28,7 +28,7 @@ import numpy as np
 
 from plugrt import binaries
 from plugrt.device import simulated
-from plugrt.engine.generic import launch_key, probe_shapes
+from plugrt.engine.generic import Probe, launch_key, probes
 from plugrt.engine.plan_schema import kernel_record_check
 from plugrt.kernel_cache import KernelBinary
 
@@ -47,13 +47,15 @@ def collect(engine) -> tuple[dict, dict[str, np.ndarray]]:
 def specializations(engine):
     """The specializations whose kernels a plan carries: each profile's at its opt shapes
     (the tuned tactics), at its specialized shapes, and at its probe shapes (the generic
-    ones, :func:`plugrt.engine.generic.probe_shapes`, whose kernels serve every other shape)."""
+    ones, :func:`plugrt.engine.generic.probes`, whose kernels serve every other shape)."""
     for index, profile in enumerate(engine.profiles):
         with engine.create_execution_context(use_cuda_graph=False, profile=index) as context:
-            yield context.current
-            special = [entry["shapes"] for entry in engine.specialized if entry["profile"] == index]
-            for shapes in special + probe_shapes(profile):
-                yield context.specialize(shapes)
+            at_opt = context.current
+            special = [Probe(entry["shapes"]) for entry in engine.specialized if entry["profile"] == index]
+            for probe in [None] + special + probes(profile, bool(at_opt.graph.data_dependent)):
+                spec = at_opt if probe is None else context.specialize(probe.shapes, probe.values or None)
+                yield spec
+                yield from spec.chain(context, "max" if probe is None else probe.sizes)
 
 
 def planned_keys(engine) -> set[str]:

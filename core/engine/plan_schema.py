@@ -370,17 +370,20 @@ def _check_profiles(fields: Fields, profiles) -> None:
 
 
 def _check_range(fields: Fields, entry, path: str) -> None:
-    fields.record(entry, path, ("min", "opt", "max"), ("values",))
+    fields.record(entry, path, ("min", "opt", "max"), ("values", "values_min", "values_max"))
     triple = [fields.shape(entry[key], f"{path}.{key}") for key in ("min", "opt", "max")]
     if not len(triple[0]) == len(triple[1]) == len(triple[2]):
         raise fields.fail(path, "min, opt and max shapes of one rank", triple)
     for axis, (low, mid, high) in enumerate(zip(*triple)):
         if not low <= mid <= high:
             raise fields.fail(f"{path}.opt[{axis}]", f"between min {low} and max {high}", mid)
-    if "values" in entry:  # a shape-tensor input's values: any numbers (float inputs too)
-        for i, v in enumerate(fields.sequence(entry["values"], f"{path}.values")):
-            if not isinstance(v, (int, float)):
-                raise fields.fail(f"{path}.values[{i}]", "a number", v)
+    keys = [k for k in ("values_min", "values", "values_max") if k in entry]  # a shape-tensor input's values
+    lists = [fields.sequence(entry[k], f"{path}.{k}") for k in keys]
+    if keys and ("values" not in keys or len({len(v) for v in lists}) > 1):
+        raise fields.fail(path, "values (with values_min and values_max of its length)", keys)
+    for i, column in enumerate(zip(*lists)):
+        if not all(isinstance(v, (int, float)) for v in column) or list(column) != sorted(column):
+            raise fields.fail(f"{path}.values[{i}]", "numbers within values_min..values_max", list(column))
 
 
 def _check_layers(fields: Fields, layers, node_count: int) -> None:
@@ -405,8 +408,7 @@ def _check_layers(fields: Fields, layers, node_count: int) -> None:
             fields.number(layer["runner_up"]["time_ms"], f"{path}.runner_up.time_ms")
         source = layer.get("tactic_provider")
         if source is not None:
-            fields.record(source, f"{path}.tactic_provider", ("plugin", "distribution", "version",
-                                                              "provider_version"))
+            fields.record(source, f"{path}.tactic_provider", ("plugin", "distribution", "version", "provider_version"))
             fields.text(source["plugin"], f"{path}.tactic_provider.plugin", empty=False)
             for key in ("distribution", "version", "provider_version"):
                 fields.optional_text(source[key], f"{path}.tactic_provider.{key}")
@@ -425,11 +427,9 @@ def _check_alias(fields: Fields, layer: dict, path: str) -> None:
     """An alias layer (``alias``: an input index) runs no tactic and needs no workspace."""
     fields.integer(layer["alias"], f"{path}.alias", 0, MAX_BYTES)
     if layer["tactic"] != ALIAS_TACTIC or layer.get("tactic_provider") is not None:
-        raise fields.fail(f"{path}.tactic", f"{ALIAS_TACTIC} with no tactic_provider for an alias layer",
-                          layer["tactic"])
+        raise fields.fail(f"{path}.tactic", f"{ALIAS_TACTIC} with no tactic_provider for an alias layer", layer["tactic"])
     if layer["workspace_bytes"] or layer.get("time_ms") is not None or layer.get("runner_up") is not None:
-        raise fields.fail(path, "free of workspace_bytes, time_ms and runner_up for an alias layer (it runs "
-                          "no kernel)", show=False)
+        raise fields.fail(path, "free of workspace_bytes, time_ms and runner_up for an alias layer", show=False)
 
 
 def _check_tactic(fields: Fields, tactic, path: str, optional: tuple, required: tuple = ()):

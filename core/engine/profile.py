@@ -23,17 +23,72 @@ class OptimizationProfile:
     timed here) and max (memory is planned for it)."""
 
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-    #: Shape-tensor inputs: their values are read on the host at run time (TensorRT's
-    #: shape tensors); the value given here is the one the engine is built and planned for.
+    #: Shape-tensor inputs (TensorRT's shape tensors): their values are read on the host at
+    #: run time. Here the opt values, which layers are tuned at (:attr:`value_ranges` has
+    #: each value's min and max; a run outside them is refused).
     shape_values: dict[str, list] = field(default_factory=dict)
     #: Per input, which of min/opt/max the user gave (the others copy one of them); messages
     #: name only these. Absent: all three.
     given: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Shape-tensor inputs' ``(min values, max values)``, elementwise bounds of a run's values.
+    value_ranges: dict[str, tuple[list, list]] = field(default_factory=dict)
+
+    def set_shape_input(self, name: str, min, opt, max) -> "OptimizationProfile":
+        """Mark ``name`` as a shape-tensor input whose values lie elementwise within
+        ``min``..``max`` (TensorRT's ``set_shape_input``); layers are tuned at ``opt``, and
+        memory is planned for the largest tensors the range's corners make.
+
+        :raises PlugrtError: for value lists of different lengths or out of order.
+        """
+        try:
+            lists = [np.asarray(v).reshape(-1).tolist() for v in (min, opt, max)]
+            if any(not isinstance(v, (bool, int, float)) for values in lists for v in values):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise PlugrtError(f"profile for shape-tensor input {name!r}: values must be sequences of numbers, got "
+                              f"{min!r}, {opt!r}, {max!r}") from None
+        if len({len(values) for values in lists}) > 1:
+            raise PlugrtError(f"profile for shape-tensor input {name!r}: min, opt and max must give as many values, "
+                              f"got {', '.join(str(len(v)) for v in lists)}")
+        for k, (a, b, c) in enumerate(zip(*lists)):
+            if not a <= b <= c:
+                raise PlugrtError(f"profile for shape-tensor input {name!r}: value {k} needs min <= opt <= max, "
+                                  f"got {a}, {b}, {c}")
+        self.shape_values[name] = lists[1]
+        self.value_ranges[name] = (lists[0], lists[2])
+        return self
 
     def set_shape_values(self, name: str, values) -> "OptimizationProfile":
-        """Mark ``name`` as a shape-tensor input, built for ``values``."""
-        self.shape_values[name] = np.asarray(values).reshape(-1).tolist()
-        return self
+        """Mark ``name`` as a shape-tensor input of exactly these values (min = opt = max)."""
+        return self.set_shape_input(name, values, values, values)
+
+    def value_corners(self, name: str) -> tuple[list, list, list]:
+        """Shape-tensor input ``name``'s min, opt and max values."""
+        low, high = self.value_ranges.get(name, (self.shape_values[name], self.shape_values[name]))
+        return low, self.shape_values[name], high
+
+    def values_at(self, which: int) -> dict[str, list]:
+        """Every shape-tensor input's min (0), opt (1) or max (2) values."""
+        return {name: self.value_corners(name)[which] for name in self.shape_values}
+
+    def check_values(self, values: dict) -> None:
+        """Raise :class:`BindingError` unless a run's values of shape-tensor inputs (name ->
+        values) lie within the profile's ranges."""
+        for name, given in values.items():
+            problem = self.values_problem(name, given)
+            if problem:
+                raise BindingError(f"shape-tensor input {name!r}: {problem}; rebuild with a wider value range "
+                                   "(OptimizationProfile.set_shape_input, --min-values/--max-values)")
+
+    def values_problem(self, name: str, values) -> str | None:
+        low, _, high = self.value_corners(name)
+        flat = np.asarray(values).reshape(-1).tolist()
+        if len(flat) != len(low):
+            return f"{len(flat)} values given, the profile has {len(low)}"
+        for k, (a, v, c) in enumerate(zip(low, flat, high)):
+            if not a <= v <= c:
+                return f"value {k} is {v}, outside the profile's range [{a}, {c}] (min {low}, max {high})"
+        return None
 
     def set_shape(self, name: str, min, opt, max, given=WHICH) -> "OptimizationProfile":
         """Set ``name``'s shape range; ``given`` says which of the three the user gave
@@ -105,7 +160,8 @@ class OptimizationProfile:
     def as_json(self) -> dict:
         data = {name: {"min": list(a), "opt": list(b), "max": list(c)} for name, (a, b, c) in self.shapes.items()}
         for name, values in self.shape_values.items():
-            data[name]["values"] = list(values)
+            low, _, high = self.value_corners(name)
+            data[name].update({"values": list(values), "values_min": list(low), "values_max": list(high)})
         return data
 
     @classmethod
@@ -114,7 +170,8 @@ class OptimizationProfile:
         for name, entry in data.items():
             profile.set_shape(name, entry["min"], entry["opt"], entry["max"])
             if "values" in entry:
-                profile.set_shape_values(name, entry["values"])
+                values = entry["values"]
+                profile.set_shape_input(name, entry.get("values_min", values), values, entry.get("values_max", values))
         return profile
 
 
@@ -250,13 +307,14 @@ def resolve_profile(graph: Graph, config: BuilderConfig, index: int = 0) -> Opti
     for name in graph.inputs:
         info = graph.info(name)
         entry = given.get_shape(name)
+        if entry is None and name in given.shape_values and len(info.shape) == 1 and not is_static(info.shape):
+            entry = ((len(given.shape_values[name]),),) * 3  # (a shape-tensor input's shape: its values')
         if entry is None:
             if not is_static(info.shape):
                 raise PlugrtError(f"input {name!r} has dynamic shape {format_shape(info.shape)}; give its "
                                   f"min/opt/max shapes in an optimization profile (--min-shapes/--opt-shapes/"
                                   f"--max-shapes {name}:...)")
-            profile.set_shape(name, info.shape, info.shape, info.shape)
-            continue
+            entry = (tuple(info.shape),) * 3
         named = given.given.get(name, WHICH)
         for which, shape in zip(WHICH, entry):
             if which not in named:
@@ -266,11 +324,11 @@ def resolve_profile(graph: Graph, config: BuilderConfig, index: int = 0) -> Opti
                                   f"model's shape {format_shape(info.shape)}")
         profile.set_shape(name, *entry, given=named)
         if name in given.shape_values:
-            values = given.shape_values[name]
-            if len(values) != math.prod(entry[2]) or entry[0] != entry[2]:
+            values = given.value_corners(name)
+            if len(values[1]) != math.prod(entry[2]) or entry[0] != entry[2]:
                 raise PlugrtError(f"shape-tensor input {name!r} must have one fixed shape holding its "
-                                  f"{len(values)} values")
-            profile.set_shape_values(name, values)
+                                  f"{len(values[1])} values")
+            profile.set_shape_input(name, *values)
     unknown = sorted(set(given.shapes) - set(graph.inputs))
     if unknown:
         raise PlugrtError(f"the {where} names {', '.join(map(repr, unknown))}, which are not inputs of the "

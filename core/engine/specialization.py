@@ -25,6 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
+from plugrt.device import simulated
 from plugrt.engine.aliases import storage
 from plugrt.engine.graphs import capture
 from plugrt.errors import PlugrtError
@@ -40,10 +41,18 @@ BIND_ALIGNMENT = 256
 class Specialization:
     """The engine bound to one set of input shapes: tensor arrays and prepared launches."""
 
-    def __init__(self, context, shapes: dict, values: Mapping[str, object]):
+    def __init__(self, context, shapes: dict, values: Mapping[str, object], sizes: Mapping | None = None,
+                 start: int = 0):
         engine = context.engine
         self.label = ", ".join(f"{name}{list(shape)}" for name, shape in shapes.items()) or "no inputs"
-        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values)
+        self.shapes, self.values, self.sizes = shapes, values, dict(sizes or {})
+        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values, self.sizes)
+        #: A data-dependent layer (:meth:`plugrt.plugin.OpPlugin.output_bounds`) whose sizes
+        #: this specialization does not know ends it: ``(its position in engine.layers, its
+        #: node)``; the layers after it run in the specialization for the sizes it reports
+        #: (:meth:`following`). ``None`` for the last of a run's specializations.
+        self.pending: tuple | None = None
+        self.reported = self._reported_host = None  # (the shapes it reports: device, host)
         self._uploads: dict = {}
         self._own: dict = {}
         aliases = {layer.node_index: layer.alias for layer in engine.layers if layer.alias is not None}
@@ -58,14 +67,21 @@ class Specialization:
         profile = engine.profiles[context.profile_index]
         #: At the profile's opt shapes the layers run their tuned tactics, else their generic
         #: ones (:mod:`plugrt.engine.generic`).
-        self.at_opt = all(tuple(shapes.get(name, ())) == tuple(entry[1]) for name, entry in profile.shapes.items())
+        #: (The tuned tactics were chosen at the opt values of shape-tensor inputs and at the
+        #: bounds of data-dependent sizes.)
+        tuned_at = all(np.asarray(values.get(name, ())).reshape(-1).tolist() == list(opt)
+                       for name, opt in profile.shape_values.items()) \
+            and all([tuple(s) for s in shapes_] == graph.data_dependent[name] for name, shapes_ in self.sizes.items())
+        self.at_opt = tuned_at and all(tuple(shapes.get(name, ())) == tuple(entry[1])
+                                       for name, entry in profile.shapes.items())
         #: Which of the engine's specialized shapes these are (``--specialize-shapes``), if any.
         self.special = next((k for k, entry in enumerate(engine.specialized) if entry["profile"] == context.profile_index
-                             and all(tuple(shapes.get(n, ())) == tuple(s) for n, s in entry["shapes"].items())), None)
+                             and all(tuple(shapes.get(n, ())) == tuple(s) for n, s in entry["shapes"].items())),
+                            None) if tuned_at else None
         #: Each launching layer's tactic name (the context's profile's choice).
         self.tactics: dict[str, str] = {}
         started = time.perf_counter()
-        for layer in engine.layers:
+        for position, layer in enumerate(engine.layers[start:], start):
             node = graph.nodes[layer.node_index]
             if is_host_node(graph, node):
                 continue
@@ -74,10 +90,15 @@ class Specialization:
                 continue
             ins = [self._tensor(context, name) if name else None for name in node.inputs]
             outs = [self._view(context, name) if name else None for name in node.outputs]
-            if all(o is None or o.size == 0 for o in outs):
+            reports = node.name in graph.data_dependent and node.name not in self.sizes
+            if all(o is None or o.size == 0 for o in outs) and not reports:
                 continue
             tactic = find_tactic(engine.registry, node, graph, self._tactic_of(layer, context.profile_index))
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
+            if reports:
+                self.pending = (position, node)
+                self.reported = self._own["reported"] = _device_zeros(size_slots(graph, node))
+                outs.append(self.reported)
             try:
                 key = layer_key(engine.registry, node, graph, tactic)
                 launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
@@ -90,9 +111,11 @@ class Specialization:
             self.layer_launches.append((node.name, len(self.launches), len(self.launches) + len(launches)))
             self.tactics[node.name] = tactic.name
             self.launches.extend(launches)
+            if self.pending is not None:
+                break
         self.prepare_seconds = time.perf_counter() - started
         self.outputs = {}
-        for name in graph.outputs:
+        for name in graph.outputs if self.pending is None else ():
             known = self._known(name) if name not in graph.inputs else None
             if known is not None:
                 self.outputs[name] = ("host", known)
@@ -135,6 +158,47 @@ class Specialization:
             return
         for launch in self.launches:
             launch(stream)
+
+    def reported_sizes(self, stream) -> dict:
+        """After this specialization ran on ``stream``: the pending layer's outputs' actual
+        shapes, read on the host (a synchronization of the run), with every size known so
+        far; what :meth:`following` is keyed by."""
+        from numba import cuda
+
+        _, node = self.pending
+        if self._reported_host is None:
+            count = self.reported.shape
+            self._reported_host = np.empty(count, np.int64) if simulated() else cuda.pinned_array(count, np.int64)
+        host = self._reported_host
+        self.reported.copy_to_host(host, stream=stream)
+        stream.synchronize()
+        bounds = self.graph.data_dependent[node.name]
+        shapes, at = [], 0
+        for bound in bounds:
+            shapes.append(tuple(int(d) for d in host[at:at + len(bound)]))
+            at += len(bound)
+        if any(not 0 <= d <= m for s, b in zip(shapes, bounds) for d, m in zip(s, b)):
+            raise PlugrtError(f"{node.describe()}: its tactic reported output shapes {[list(s) for s in shapes]}, "
+                              f"outside the bounds {[list(b) for b in bounds]} its plugin's output_bounds() gave; "
+                              "the plugin is at fault")
+        return {**self.sizes, node.name: shapes}
+
+    def following(self, context, sizes: dict) -> "Specialization":
+        """The specialization of the layers after the pending one, for these sizes."""
+        return Specialization(context, self.shapes, self.values, sizes, self.pending[0] + 1)
+
+    def chain(self, context, rule: str = "max"):
+        """The specializations after this one where every data-dependent layer reports the
+        sizes ``rule`` gives (:data:`plugrt.ir.infer.SIZE_RULES`): what a plan's kernels
+        must cover. Nothing runs."""
+        engine, spec = context.engine, self
+        ruled = concretize(engine.graph, self.shapes, engine.registry, self.values, rule)
+        while spec.pending is not None:
+            _, node = spec.pending
+            bounds = spec.graph.data_dependent[node.name]
+            shapes = [ruled.info(name).shape if name else bound for name, bound in zip(node.outputs, bounds)]
+            spec = spec.following(context, {**spec.sizes, node.name: shapes})
+            yield spec
 
     def drop_graph(self) -> None:
         if self.cuda_graph is not None:
@@ -268,6 +332,17 @@ class Specialization:
                 self._own[name] = cuda.device_array(shape, info.dtype)
             return self._own[name]
         return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+
+
+def size_slots(graph, node) -> int:
+    """How many int64s a data-dependent node's tactic writes its outputs' shapes into."""
+    return sum(len(bound) for bound in graph.data_dependent[node.name])
+
+
+def _device_zeros(count: int):
+    from numba import cuda
+
+    return cuda.to_device(np.zeros(max(count, 1), np.int64))
 
 
 def _bindable(graph) -> list[str]:

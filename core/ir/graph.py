@@ -122,6 +122,9 @@ class Graph:
         self.sample_inputs: list[tuple[dict, dict]] = []
         #: An INT8 build's request to the ``quantize`` passes (:class:`Int8Request`), or None.
         self.int8: Int8Request | None = None
+        #: Data-dependent nodes (:meth:`plugrt.plugin.OpPlugin.output_bounds`) of a concrete
+        #: graph: node name -> its outputs' bounds (:func:`plugrt.ir.infer.infer_graph`).
+        self.data_dependent: dict[str, list[tuple[int, ...]]] = {}
 
     # ------------------------------------------------------------------ building
 
@@ -184,6 +187,7 @@ class Graph:
         other.outputs = list(self.outputs)
         other.sample_inputs = list(self.sample_inputs)
         other.int8 = self.int8
+        other.data_dependent = dict(self.data_dependent)
         return other
 
     def summary(self) -> str:

@@ -23,10 +23,19 @@ from plugrt.plugin import VARIADIC
 VALUE_PROPAGATION_LIMIT = 1 << 16
 
 
-def infer_graph(graph: Graph, registry, propagate_values: bool = True) -> None:
-    """Fill in ``info`` for every node output, in topological order."""
+def infer_graph(graph: Graph, registry, propagate_values: bool = True, sizes=None) -> None:
+    """Fill in ``info`` for every node output, in topological order.
+
+    ``sizes`` (given when every input shape is concrete: :func:`plugrt.ir.specialize.concretize`)
+    sizes the outputs of data-dependent nodes (:meth:`plugrt.plugin.OpPlugin.output_bounds`):
+    a mapping of node name to its outputs' actual shapes, the others by a rule of
+    :data:`SIZE_RULES` (a mapping leaves them at ``"max"``, their bounds). Each such node's
+    bounds are recorded in ``graph.data_dependent``.
+    """
     for node in graph.nodes:
-        infer_node(graph, registry, node, propagate_values)
+        outputs = infer_node(graph, registry, node, propagate_values)
+        if sizes is not None and not all(is_static(o.shape) for o in outputs):
+            _size_data_dependent(graph, registry.op(node), node, outputs, sizes)
     for name in graph.outputs:
         if graph.values.get(name) is None or graph.values[name].info is None:
             raise ShapeError(f"graph output {name!r} is not produced by any node, input or initializer")
@@ -50,6 +59,46 @@ def infer_node(graph: Graph, registry, node: Node, propagate_values: bool = True
         if name:
             graph.values[name].info = info
     return outputs
+
+
+#: How :func:`infer_graph` sizes a data-dependent output's data-dependent dims: at their
+#: bound, at 1, odd between, the largest power of two within (the shape-generic probes).
+SIZE_RULES = ("max", "min", "odd", "even")
+
+
+def _size_data_dependent(graph: Graph, op, node: Node, outputs: list[TensorInfo], sizes) -> None:
+    inputs = [graph.info(name) if name else None for name in node.inputs]
+    if not all(i is None or is_static(i.shape) for i in inputs):
+        return
+    bounds = op.output_bounds(node, inputs)
+    if bounds is None:
+        return  # (its output stays symbolic: the builder refuses the node)
+    bounds = [tuple(int(d) for d in bound) for bound in bounds]
+    given = sizes.get(node.name) if hasattr(sizes, "get") else None
+    rule = "max" if hasattr(sizes, "get") else sizes
+    if given is None:
+        given = [tuple(_by_rule(rule, d) if isinstance(s, str) else d for s, d in zip(o.shape, bound))
+                 for o, bound in zip(outputs, bounds)]
+    for k, (name, info, bound, shape) in enumerate(zip(node.outputs, outputs, bounds, given)):
+        shape = tuple(int(d) for d in shape)
+        if len(bound) != len(info.shape) or len(shape) != len(bound) or any(
+                not 0 <= d <= b or (isinstance(s, int) and d != s) for s, d, b in zip(info.shape, shape, bound)):
+            raise ShapeError(f"{node.describe()}: output {k} has shape {list(shape)}, outside plugin "
+                             f"{type(op).__name__}'s bound {list(bound)} for {format_shape(info.shape)}; the plugin's "
+                             "output_bounds() must bound every shape its tactics report")
+        if name:
+            graph.values[name].info = TensorInfo(info.dtype, shape)
+    graph.data_dependent[node.name] = bounds
+
+
+def _by_rule(rule: str, bound: int) -> int:
+    if rule == "min" or bound <= 1:
+        return min(bound, 1)
+    if rule == "odd":
+        return (bound // 2) | 1
+    if rule == "even":
+        return 1 << (bound.bit_length() - 1)
+    return bound
 
 
 def run_infer(op, node: Node, inputs: list) -> list[TensorInfo]:

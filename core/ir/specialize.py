@@ -16,9 +16,11 @@ from plugrt.ir.tensor import TensorInfo
 
 
 def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry,
-               values: Mapping[str, np.ndarray] | None = None) -> Graph:
+               values: Mapping[str, np.ndarray] | None = None, sizes="max") -> Graph:
     """A copy of ``graph`` with every value's shape inferred for these input shapes
-    (and these values of shape-tensor inputs)."""
+    (and these values of shape-tensor inputs). ``sizes`` sizes data-dependent outputs: a
+    mapping of node name to its outputs' shapes (read after the node ran), the others at
+    their bounds; or a rule of :data:`plugrt.ir.infer.SIZE_RULES` for all of them."""
     values = values or {}
     concrete = graph.copy()
     for name in concrete.inputs:
@@ -32,7 +34,8 @@ def concretize(graph: Graph, shapes: Mapping[str, tuple[int, ...]], registry,
         for out in node.outputs:
             if out:
                 concrete.values[out].info = None
-    infer_graph(concrete, registry)
+    concrete.data_dependent = {}
+    infer_graph(concrete, registry, sizes=sizes)
     return concrete
 
 

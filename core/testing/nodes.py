@@ -22,6 +22,7 @@ from onnx.helper import np_dtype_to_tensor_dtype
 
 from plugrt.errors import PlugrtError, UnsupportedError
 from plugrt.ir.graph import Graph, Node
+from plugrt.ir.specialize import concretize
 from plugrt.launcher import PreparedLaunch
 from plugrt.onnx.importer import import_model
 from plugrt.tactic import uses_tf32
@@ -79,10 +80,21 @@ def run_tactic(graph: Graph, tactic, feeds: Mapping[str, np.ndarray], node: Node
         info = graph.info(name)
         outs.append(cuda.device_array(tuple(int(d) for d in info.shape), dtype=info.dtype))
     workspace = cuda.device_array(tactic.workspace_bytes, np.uint8) if tactic.workspace_bytes else None
-    for launch in tactic.launches(ins, outs, workspace):
+    bounds = graph.data_dependent.get(node.name)
+    reported = cuda.to_device(np.full(sum(map(len, bounds)), -1, np.int64)) if bounds else None
+    for launch in tactic.launches(ins, outs + ([reported] if bounds else []), workspace):
         PreparedLaunch(launch)(0)  # the engine's own launch path (raw launches on a GPU)
     cuda.synchronize()
-    return [o.copy_to_host() for o in outs]
+    results = [o.copy_to_host() for o in outs]
+    if bounds:  # a data-dependent node: each output cut to the shape its tactic reported
+        shapes, at = [], reported.copy_to_host().tolist()
+        for bound in bounds:
+            shapes.append(tuple(at[:len(bound)]))
+            at = at[len(bound):]
+        assert all(0 <= d <= b for shape, bound in zip(shapes, bounds) for d, b in zip(shape, bound)), \
+            f"{node.describe()}: tactic {tactic.name!r} reported shapes {shapes} outside the bounds {bounds}"
+        results = [r.reshape(-1)[:int(np.prod(shape))].reshape(shape) for r, shape in zip(results, shapes)]
+    return results
 
 
 #: TF32 tactics' (``Tactic.math == "tf32"``) allowed error, relative to the reference's largest magnitude.
@@ -107,6 +119,8 @@ def check_node(op_type: str, feeds: Mapping[str, np.ndarray | None], attrs: Mapp
     graph = import_model(model, registry=registry)
     runtime_feeds = {k: np.asarray(v) for k, v in feeds.items() if v is not None and k not in constants}
     expected = ReferenceExecutor(graph, registry).run(runtime_feeds)
+    # (at the feeds' shapes, data-dependent outputs sized for their bounds)
+    graph = concretize(graph, {name: graph.info(name).shape for name in graph.inputs}, registry)
     found = node_tactics(graph, registry)
     if tactics is not None:
         found = [t for t in found if t.name in tactics]

@@ -139,7 +139,8 @@ class Tuner:
         timed = self.to_time(candidates)
         if not timed and always_time and self.times:
             timed = candidates[:1]
-        if not timed or all(not name or 0 in graph.info(name).shape for name in node.outputs):
+        if not timed or all(not name or 0 in graph.info(name).shape for name in node.outputs) \
+                or node.name in graph.data_dependent:  # (its outputs' sizes are data: it is not timed)
             return Choice(candidates[0])
         key = layer_key(node, graph, op, owner, self.device)
         pending = [t for t in timed if self.cache.lookup(key, tactic_key(t)) is None]
