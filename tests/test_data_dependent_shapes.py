@@ -248,3 +248,10 @@ def test_a_tactic_reporting_sizes_beyond_its_bounds_is_named(rng, monkeypatch):
         with pytest.raises(PlugrtError, match=r"nonzero.*reported output shapes \[\[1, 1000000\]\], outside the "
                                               r"bounds \[\[1, 9\]\].*the plugin is at fault"):
             context.execute(_masked_feeds(rng, 3))
+
+
+def test_batch_buckets_are_refused_for_data_dependent_layers():
+    """Padded rows would change a data-dependent output's size: no padding, an error."""
+    engine = _build(masked_gather_model(), OptimizationProfile().set_shape("x", (1, 3), (3, 3), (5, 3)))
+    with pytest.raises(PlugrtError, match="batch buckets: the engine has data-dependent layers .*nonzero"):
+        engine.create_execution_context(batch_buckets=[2, 4])

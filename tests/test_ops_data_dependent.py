@@ -2,11 +2,12 @@
 their input's data. Their references against ONNX's own, and through engines: on the host
 where the inputs are known when the engine is specialized (constants, shape computations,
 shape-tensor inputs); where they are computed on the device, NonZero runs as a
-data-dependent layer and NonMaxSuppression is refused at build time."""
+data-dependent layer, as does NonMaxSuppression."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -193,14 +194,44 @@ def test_nms_on_the_host_feeds_device_layers(registry, rng):
         np.testing.assert_array_equal(context.execute(run)["y"], reference.run(run)["y"])
 
 
-def test_nms_of_device_boxes_is_refused_at_build_time(registry):
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("max_out, iou, score", [(3, 0.5, 0.2), (100, 0.0, None), (0, 0.5, 0.1), (20, 0.6, 0.0)])
+@pytest.mark.parametrize("constants", [("max_output_boxes_per_class", "iou_threshold", "score_threshold"), ()],
+                         ids=["constant-scalars", "runtime-scalars"])
+def test_nms_tactic_matches_the_reference(registry, rng, center, ties, max_out, iou, score, constants):
+    """The greedy tactic, its output sized after it ran, against the reference (itself
+    checked against ONNX's above): scalars known at build time or read on the device."""
+    feeds = nms_feeds(rng, center=bool(center), ties=ties)
+    feeds["max_output_boxes_per_class"] = np.array([max_out], np.int64)
+    feeds["iou_threshold"] = np.array([iou], np.float32)
+    if score is not None:
+        feeds["score_threshold"] = np.array([score], np.float32)
+    check_node("NonMaxSuppression", feeds, {"center_point_box": center}, opset=11, registry=registry,
+               constants=[name for name in constants if name in feeds])
+
+
+def test_nms_of_device_scores_runs_as_a_data_dependent_layer(registry, rng):
+    """Sigmoid scores on the device, then NMS, then the kept boxes' batch indices summed:
+    the engine reads the count after NMS; onnxruntime is the oracle."""
     nodes = [helper.make_node("Sigmoid", ["logits"], ["scores"], name="sigmoid"),
-             helper.make_node("NonMaxSuppression", ["boxes", "scores", "k"], ["y"], name="nms")]
-    model = _model(nodes, [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
-                           helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2, 6])], "y",
-                   [("k", np.array([2], np.int64))])
-    with pytest.raises(UnsupportedError, match="nms.*depends on input data"):
-        Builder(registry).build_engine(model, _config({"boxes": (1, 6, 4), "logits": (1, 2, 6)}))
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou"], ["sel"], name="nms"),
+             helper.make_node("ReduceSum", ["sel", "axes"], ["y"], keepdims=0, name="sum")]
+    model = _model(nodes, [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["b", 6, 4]),
+                           helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 2, 6])], "y",
+                   [("k", np.array([2], np.int64)), ("iou", np.array([0.4], np.float32)),
+                    ("axes", np.array([0], np.int64))])
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64  # (onnxruntime needs it typed)
+    config = BuilderConfig(optimization_level=0, progress=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("boxes", (1, 6, 4), (2, 6, 4), (3, 6, 4))
+                                    .set_shape("logits", (1, 2, 6), (2, 2, 6), (3, 2, 6)))
+    engine = Builder(registry).build_engine(model, config)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with engine.create_execution_context() as context:
+        for batch in (2, 3, 1):
+            feeds = {"boxes": rng.uniform(0, 4, (batch, 6, 4)).astype(np.float32),
+                     "logits": rng.standard_normal((batch, 2, 6)).astype(np.float32)}
+            np.testing.assert_array_equal(context.execute(feeds)["y"], session.run(None, feeds)[0])
 
 
 @pytest.mark.parametrize("boxes, scores, attrs, message", [

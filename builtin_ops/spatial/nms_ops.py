@@ -9,10 +9,11 @@ with ``center_point_box=1``, ``[x_center, y_center, width, height]``; IoU arithm
 float32, as the reference computes it. Output: ``(selected, 3)`` int64 rows
 ``[batch, class, box]``, batch by batch, class by class, in selection order.
 
-How many boxes survive is the data: like NonZero, the node runs on the host, where its
-inputs' values are known when the engine is specialized (constants, or shape-tensor
-inputs); boxes and scores computed on the device are refused at build time, as the
-engine cannot yet size an output on the device.
+How many boxes survive is the data. Where the inputs' values are known when the engine is
+specialized (constants, or shape-tensor inputs) the node runs on the host, like a shape
+computation; boxes or scores computed on the device run the greedy tactic
+(:func:`.nms.nms_tactic`) as a data-dependent layer, its output sized for every class
+keeping its most boxes (:meth:`NonMaxSuppression.output_bounds`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import numpy as np
 
 from plugrt import ModelError
 from plugrt.plugin import Attr, OpPlugin, TensorInfo, optional
+
+from .nms import nms_tactic
 
 _F32, _INT64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -119,9 +122,20 @@ class NonMaxSuppression(OpPlugin):
         return [non_max_suppression(boxes, scores, max_per_class, iou_threshold, score_threshold,
                                     bool(node.attrs["center_point_box"]))]
 
+    def output_bounds(self, node, inputs):
+        """Every class keeping ``max_output_boxes_per_class`` boxes (known at build time),
+        or all of them."""
+        batches, boxes = (int(d) for d in inputs[0].shape[:2])
+        limit = optional(inputs, 2)
+        most = boxes if limit is not None and limit.value is None else max(int(_scalar(
+            None if limit is None else limit.value, 0)), 0)
+        return [(batches * int(inputs[1].shape[1]) * min(most, boxes), 3)]
+
     def tactics(self, node, inputs, outputs):
-        raise self.unsupported(node, "boxes or scores known only on the device (how many boxes survive is data)",
-                               "make them constants or shape-tensor inputs")
+        if not all(i is None or i.is_static for i in inputs):
+            raise self.unsupported(node, "inputs of shapes not known at build time",
+                                   "give the boxes and scores a profile")
+        return [nms_tactic(list(inputs), bool(node.attrs["center_point_box"]))]
 
 
 OPS = (NonMaxSuppression,)

@@ -7,7 +7,8 @@ at the caller's memory), replays the launches (as a CUDA graph from the second r
 shape on) and leaves the outputs in the context's output buffers, or in the caller's.
 
 Streams: ``execute_async`` enqueues everything on the caller's stream (a Numba, CuPy,
-PyTorch or cuda.core stream, or a raw handle) and never synchronizes the device; a run on
+PyTorch or cuda.core stream, or a raw handle) and synchronizes only after a data-dependent
+layer, to read its outputs' sizes (:mod:`plugrt.engine.specialization`); a run on
 another stream than the last one waits for the last one on the device. Threads: a
 context runs one request at a time, and using it from two threads at once is an error;
 use one context per thread (:class:`plugrt.engine.pool.ContextPool`). Several contexts of
@@ -77,6 +78,9 @@ class ExecutionContext:
         self._allocators: dict = {}
         self._allocated: dict = {}
         self._at_opt()
+        if self.batch_buckets and self.current.graph.data_dependent:
+            raise PlugrtError("batch buckets: the engine has data-dependent layers (their outputs' sizes are data, "
+                              f"which padded rows change: {', '.join(self.current.graph.data_dependent)}); run unpadded")
 
     # ------------------------------------------------------------------ optimization profiles
 
@@ -139,13 +143,12 @@ class ExecutionContext:
             return {name: np.array(value) for name, value in pending.items()}
 
     def execute_async(self, feeds: Mapping[str, object], stream=None, outputs: Mapping[str, object] | None = None) -> dict:
-        """Enqueue a run on ``stream``; never synchronizes the device.
+        """Enqueue a run on ``stream`` (synchronizing only after data-dependent layers).
 
         ``outputs`` may give device arrays (of the output's shape and dtype) to write
-        outputs into: they are returned as they are. The other outputs come back as fresh
-        device arrays (NumPy arrays for outputs known on the host). All are valid once the
-        stream has done the run.
-        """
+        outputs into: they are returned as they are; outputs with an output allocator come
+        in its memory; the others as fresh device arrays (NumPy arrays for outputs known on
+        the host). All are valid once the stream has done the run."""
         from numba import cuda
 
         stream = self._stream(stream)
