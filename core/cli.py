@@ -342,6 +342,8 @@ def cmd_inspect(args) -> int:
               f"  [{layer['plugin']} ({layer['distribution']}){supplier}]")
         if len(layer["onnx_nodes"]) > 1:
             print(f"      covers ONNX nodes: {', '.join(layer['onnx_nodes'])}")
+        if layer.get("data_dependent"):
+            print("      data-dependent: its outputs' sizes are data (shown: their bounds); the run reads them after it")
         others = [f"profile {k + 1}: {name}" for k, name in enumerate(layer.get("profile_tactics") or ())]
         others += [f"profile {k} at other shapes: {name}" for k, name in enumerate(layer.get("generic_tactics") or ())
                    if name]

@@ -165,7 +165,7 @@ def test_a_data_dependent_layer_sizes_the_layers_after_it(rng, tmp_path):
     Builder().build_engine(model, config).save(str(path))
     engine = Engine.load(str(path))
     layers = {layer["name"]: layer for layer in engine.inspect()["layers"]}
-    assert "nonzero" in layers and "gather" in "".join(layers)
+    assert layers["nonzero"]["data_dependent"] and not any(layers[n]["data_dependent"] for n in layers if n != "nonzero")
     assert engine.shapes["max"]["idx"] == [1, 15]  # memory for every element nonzero
     with engine.create_execution_context() as context:
         for rows, kind in [(3, "random"), (5, "random"), (1, "random"), (4, "none"), (2, "all"), (3, "random")]:

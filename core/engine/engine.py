@@ -249,8 +249,12 @@ class Engine:
     def inspect(self) -> dict:
         """Layers (plugin, tactic and its time, shapes, precision) and memory, JSON-safe. An
         alias layer has no tactic (``None``) and names the tensor it is a view of (``alias``)."""
+        from plugrt.ir.specialize import concretize
+
         layers = []
         opt = self.shapes.get("opt", {})
+        dependent = concretize(self.graph, {n: e[1] for n, e in self.profile.shapes.items()}, self.registry,
+                               self.profile.shape_values).data_dependent  # (their outputs: at their bounds)
         for layer in self.layers:
             node = self.graph.nodes[layer.node_index]
             outs = [n for n in node.outputs if n]
@@ -270,6 +274,7 @@ class Engine:
                 "profile_tactics": [t["name"] for t in layer.profile_tactics] if layer.profile_tactics else None,
                 "generic_tactics": [t and t["name"] for t in layer.generic_tactics] if layer.generic_tactics else None,
                 "specialized_tactics": [t["name"] for t in layer.specialized_tactics or ()] or None,
+                "data_dependent": node.name in dependent,
             })
             if is_fused(node):
                 layers[-1]["parts"] = [{"op": entry["op_type"], "plugin": entry.get("plugin"),
