@@ -16,6 +16,7 @@ import sys
 
 from plugrt import API_VERSION, __version__
 from plugrt.cli_bench import add_bench_command
+from plugrt.cli_serve import add_serve_commands
 from plugrt.cli_options import (FORCE_HELP, add_build_options, add_profile, add_shape_options, build_engine,
                                 check_timing_cache, kernel_report, precision_report)
 from plugrt.errors import PlugrtError
@@ -118,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     add_bench_command(commands)
+    add_serve_commands(commands)
 
     inspect = commands.add_parser("inspect", help="show a plan's layers, tactics and memory")
     inspect.add_argument("plan", help="a .plan file")

@@ -52,6 +52,12 @@ def add_bench_command(commands) -> None:
                        help="after the timed queries, a separate profiling run: each layer's median GPU time (CUDA "
                             "events between layers, direct launches), its kernels and blocks; prints the slowest "
                             f"{PROFILE_ROWS} layers (--json has them all)")
+    bench.add_argument("--server", metavar="URL",
+                       help="load-test a KServe v2 server (Triton, plugrt serve) serving this plan instead: "
+                            "--concurrency clients for --duration seconds (and at most --iterations requests in "
+                            "all), each response checked against the plan run here")
+    bench.add_argument("--model", metavar="NAME", help="the model's name on --server (default: the plan's file stem)")
+    bench.add_argument("--concurrency", metavar="N", default="8", help="concurrent clients for --server (default 8)")
     bench.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
     add_build_options(bench.add_argument_group("build options (for a model; --no-progress, -v and --force apply "
                                                "to any bench)"))
@@ -76,6 +82,8 @@ def cmd_bench(args) -> int:
     engine = _engine(args, is_plan, shapes)
     mix = [resolve_shapes(engine, one, "--shapes", args.profile) for one in mix]
     shapes = mix[0]
+    if args.server is not None:
+        return _load_test(args, engine, shapes, settings)
     progress = Progress(sys.stderr, not args.no_progress)
     try:
         result = run_benchmark(engine, shapes, use_cuda_graph=not args.no_cuda_graph,
@@ -95,6 +103,31 @@ def cmd_bench(args) -> int:
         print_profile(report["profile"], PROFILE_ROWS)
     if args.json is not None:
         write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())
+    return 0
+
+
+def _load_test(args, engine, shapes: dict, settings: dict) -> int:
+    """``--server``: the load test (:mod:`plugrt.serving.load`); non-zero when a response failed."""
+    import os
+
+    from plugrt.serving.load import load_test, reference_inputs
+
+    model = args.model or os.path.splitext(os.path.basename(args.target))[0]
+    feeds, expected = reference_inputs(engine, shapes, args.profile)
+    report = load_test(args.server, model, feeds, expected, _count(args.concurrency, "--concurrency", 1),
+                       settings["duration"] if settings["duration"] is not None else 10.0,
+                       settings["iterations"] if settings["iterations"] is not None else 100_000)
+    latency = report["latency_ms"]
+    print(f"load test {args.server} model {model!r}: {report['concurrency']} clients, {report['requests']} requests "
+          f"in {report['seconds']:.2f} s: {report['throughput_rps']:.1f} requests/s")
+    print("latency  " + "  ".join(f"{k} {latency[k]:.3f}" for k in ("mean", "p50", "p90", "p99", "max")) + " ms")
+    print(f"responses checked against the plan run here: {report['requests'] - report['failed']} right, "
+          f"{report['failed']} wrong{': ' + report['first_failure'] if report['failed'] else ''}")
+    if args.json is not None:
+        write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())
+    if report["failed"] or not report["requests"]:
+        raise PlugrtError(f"--server {args.server}: {report['failed']} of {report['requests']} responses were wrong"
+                          f"{': ' + report['first_failure'] if report['failed'] else ''}")
     return 0
 
 

@@ -33,7 +33,8 @@ LAYERS = (
     ("tuning", ("plugrt.tuning", "plugrt.tuning.*")),
     ("engine", ("plugrt.quantization", "plugrt.quantization.*", "plugrt.engine", "plugrt.engine.*", "plugrt.bench", "plugrt.layer_profile")),
     ("tools", ("plugrt.onnx.backend", "plugrt.testing", "plugrt.testing.*", "plugrt.testing_pytest",
-               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.cli_options", "plugrt.cli_bench", "plugrt.cli",
+               "plugrt.scaffold", "plugrt.onnxruntime_compare", "plugrt.serving", "plugrt.serving.*",
+               "plugrt.cli_options", "plugrt.cli_bench", "plugrt.cli_serve", "plugrt.cli",
                "plugrt.__main__")),
 )
 
