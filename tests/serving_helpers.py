@@ -123,3 +123,58 @@ def processes_naming(text: str) -> list[str]:
             if text in line:
                 found.append(line[:120])
     return found
+
+
+#: The Triton server the tests run: the one inside NVIDIA's nvidia-pytriton wheel (PyPI has
+#: no tritonserver package), unpacked once into this folder.
+PYTRITON = "nvidia-pytriton==0.7.0"
+TRITON_HOME = os.path.expanduser(os.environ.get("PLUGRT_TRITON_HOME", "~/.cache/plugrt-tests/pytriton-0.7.0"))
+
+
+def tritonserver() -> tuple[str, str]:
+    """``(tritonserver binary, backend directory)``, unpacked from the wheel on first use
+    (``pip download``); the Python backend's folder gets the stub for this Python."""
+    import subprocess
+    import sys
+    import zipfile
+
+    import pytest
+
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    root = os.path.join(TRITON_HOME, "pytriton", "tritonserver")
+    binary, backends = os.path.join(root, "bin", "tritonserver"), os.path.join(root, "backends")
+    stub = os.path.join(backends, "python", "triton_python_backend_stub")
+    if not os.path.exists(stub):
+        wheels = os.path.join(TRITON_HOME, "wheel")
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", PYTRITON, "-d", wheels],
+                              capture_output=True, text=True, timeout=600)
+        found = [f for f in os.listdir(wheels) if f.endswith(".whl")] if os.path.isdir(wheels) else []
+        if done.returncode or not found:
+            pytest.skip(f"could not download {PYTRITON} for its tritonserver: {done.stderr.strip()[-300:]}")
+        with zipfile.ZipFile(os.path.join(wheels, found[0])) as wheel:
+            for member in wheel.namelist():
+                if member.startswith(("pytriton/tritonserver/", "nvidia_pytriton.libs/")):
+                    wheel.extract(member, TRITON_HOME)
+        source = os.path.join(root, "python_backend_stubs", version, "triton_python_backend_stub")
+        if not os.path.exists(source):
+            pytest.skip(f"{PYTRITON} has no Python backend stub for Python {version}")
+        import shutil
+
+        shutil.copyfile(source, stub + ".tmp")
+        os.chmod(stub + ".tmp", 0o755)
+        os.chmod(binary, 0o755)
+        os.replace(stub + ".tmp", stub)
+    return binary, backends
+
+
+def triton_env(extra: dict | None = None) -> dict:
+    """The environment tritonserver runs with: the Python backend's stub must find this
+    Python's libpython (not the system's); the exported model.py finds plugrt itself."""
+    import sys
+    import sysconfig
+
+    libdir = sysconfig.get_config_var("LIBDIR") or os.path.join(sys.base_prefix, "lib")
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [libdir, os.environ.get("LD_LIBRARY_PATH")])))
+    env.pop("PYTHONPATH", None)
+    env.update(extra or {})
+    return env

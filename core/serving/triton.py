@@ -6,8 +6,9 @@ the profile's max batch, dynamic batching preferring its opt batch, and the inst
 group; ``REPO/NAME/1/model.py`` is a ``TritonPythonModel`` that loads ``1/model.plan`` (a
 copy of the plan) once per instance and runs each dynamic batch through
 :class:`plugrt.serving.batching.Batcher`. Triton's Python backend runs ``model.py`` in
-its stub process, which must import plugrt: start ``tritonserver`` with plugrt's
-environment (``PYTHONPATH``, or the backend's ``EXECUTION_ENV_PATH``).
+its stub process: ``model.py`` imports plugrt (and NumPy) from the site-packages of the
+environment that exported it, recorded in it (``PLUGRT_SITE_PACKAGES`` overrides); the
+stub must run the same Python version (``LD_LIBRARY_PATH`` to its ``libpython``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def export(plan: str, repo: str, name: str | None = None, instances: int = 1, ki
         dims = _input_dims(engine, n, profile) if ranges else [d if isinstance(d, int) else -1 for d in info.shape]
         return {"name": n, "data_type": TRITON_TYPES[info.dtype], "dims": (dims[1:] if batched else dims) or [1]}
 
-    settings = {"name": name, "plan_name": Path(plan).name, "max_batch_size": limit, "instances": int(instances),
+    import site
+
+    settings = {"site_packages": repr([p for p in site.getsitepackages() if os.path.isdir(p)]), "name": name, "plan_name": Path(plan).name, "max_batch_size": limit, "instances": int(instances),
                 "kind": kind, "max_queue_delay_us": int(max_queue_delay_us), "profile": int(profile),
                 "preferred": [preferred_batch(engine, profile)],
                 "inputs": [tensor(n, True) for n in engine.graph.inputs],
