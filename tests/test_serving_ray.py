@@ -42,12 +42,13 @@ def test_a_plan_behind_ray_serve(tmp_path):
         rng = np.random.default_rng(3)
         batches = [rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32) for _ in range(16)]
 
-        def infer(x):
+        def infer(x, binary):
             given = tritonclient_http.InferInput("x", list(x.shape), "FP32")
-            given.set_data_from_numpy(x, binary_data=False)
-            return client.async_infer("tiny", [given])
+            given.set_data_from_numpy(x, binary_data=binary)  # Triton's binary extension, or JSON numbers
+            wanted = [tritonclient_http.InferRequestedOutput("y", binary_data=binary)]
+            return client.async_infer("tiny", [given], outputs=wanted)
 
-        pending = [infer(x) for x in batches]  # all in flight at once: the server batches them
+        pending = [infer(x, k % 2 == 0) for k, x in enumerate(batches)]  # all in flight: the server batches them
         for x, request in zip(batches, pending):
             got = request.get_result().as_numpy("y")
             np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -12,7 +12,6 @@ latency percentiles, failures with the first message.
 from __future__ import annotations
 
 import http.client
-import json
 import threading
 import time
 from urllib.parse import urlsplit
@@ -30,12 +29,13 @@ TOLERANCE = 1e-3
 
 
 def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], concurrency: int = 8,
-              duration: float = 10.0, max_requests: int = 100_000, timeout: float = 60.0) -> dict:
-    """Run the clients; a report (JSON-safe)."""
+              duration: float = 10.0, max_requests: int = 100_000, timeout: float = 60.0, binary: bool = True) -> dict:
+    """Run the clients (``binary``: tensors in Triton's binary extension, as tritonclient
+    sends them, else JSON numbers); a report (JSON-safe)."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if parts.scheme != "http" or not parts.hostname:
         raise PlugrtError(f"--server {url!r}: give an http://HOST:PORT address")
-    bodies = [json.dumps(kserve.encode_request(f)).encode("utf-8") for f in feeds]
+    bodies = [kserve.encode_request(f, binary) for f in feeds]
     path = f"/v2/models/{model}/infer"
     latencies: list[float] = []
     failures: list[str] = []
@@ -75,7 +75,7 @@ def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], con
         thread.join()
     wall = time.perf_counter() - started
     ordered = np.sort(np.array(latencies)) if latencies else np.zeros(1)
-    return {"url": url, "model": model, "concurrency": int(concurrency), "seconds": round(wall, 3),
+    return {"url": url, "model": model, "concurrency": int(concurrency), "binary": bool(binary), "seconds": round(wall, 3),
             "requests": len(latencies), "failed": len(failures), "first_failure": failures[0] if failures else None,
             "throughput_rps": len(latencies) / wall if wall > 0 else 0.0,
             "latency_ms": {"mean": float(ordered.mean()), "p50": float(np.percentile(ordered, 50)),
@@ -83,10 +83,14 @@ def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], con
                            "max": float(ordered.max())}}
 
 
-def _one(connection, path: str, body: bytes, expected: dict) -> str | None:
+def _one(connection, path: str, request: tuple[bytes, int | None], expected: dict) -> str | None:
     """Send one request; what is wrong with its answer, or ``None``."""
+    body, length = request
+    headers = {"Content-Type": "application/json" if length is None else "application/octet-stream"}
+    if length is not None:
+        headers["Inference-Header-Content-Length"] = str(length)
     try:
-        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        connection.request("POST", path, body, headers)
         response = connection.getresponse()
         data = response.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -94,8 +98,8 @@ def _one(connection, path: str, body: bytes, expected: dict) -> str | None:
     if response.status != 200:
         return f"HTTP {response.status}: {data[:300].decode('utf-8', 'replace')}"
     try:
-        outputs = kserve.decode_response(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
+        outputs = kserve.decode_response(data, response.getheader("Inference-Header-Content-Length"))
+    except (ValueError, KeyError, TypeError, kserve.RequestError) as exc:
         return f"not a v2 response ({type(exc).__name__}: {exc})"
     for name, want in expected.items():
         got = outputs.get(name)

@@ -17,7 +17,6 @@ of a config whose ``import_path`` names an application built by :func:`deploymen
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 
@@ -70,18 +69,25 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
                                           f"{model}"}, status_code=404)
 
         async def _infer(self, request):
+            from starlette.responses import Response
+
+            header = request.headers.get("inference-header-content-length")
             try:
-                body = json.loads(await request.body())
-                feeds, wanted = self.kserve.decode_request(body, self.inputs)
-            except (ValueError, self.kserve.RequestError) as exc:
+                body, binary = self.kserve.parse(await request.body(), header)
+                feeds, wanted = self.kserve.decode_request(body, self.inputs, binary)
+            except self.kserve.RequestError as exc:
                 return JSONResponse({"error": f"model {name!r}: {exc}"}, status_code=400)
             outputs = await self.infer(feeds)
             if isinstance(outputs, Exception):
                 return JSONResponse({"error": f"model {name!r}: {outputs}"}, status_code=400)
             try:
-                return JSONResponse(self.kserve.encode_response(name, outputs, wanted, body.get("id")))
+                payload, length = self.kserve.encode_response(name, outputs, wanted, body.get("id"),
+                                                              self.kserve.binary_outputs(body))
             except self.kserve.RequestError as exc:
                 return JSONResponse({"error": f"model {name!r}: {exc}"}, status_code=400)
+            headers = {"Inference-Header-Content-Length": str(length)} if length is not None else None
+            media = "application/octet-stream" if length is not None else "application/json"
+            return Response(payload, media_type=media, headers=headers)
 
         @serve.batch(max_batch_size=int(max_batch_size), batch_wait_timeout_s=float(batch_wait_ms) / 1e3)
         async def infer(self, requests: list[dict]) -> list:
