@@ -38,6 +38,9 @@ fi
 if [ "${PLUGRT_GPU_DYNAMIC:-1}" = "1" ]; then  # issue 19's figures (BERT-base seq 1..512: first request vs steady)
   timeout "${PLUGRT_GPU_DYNAMIC_TIMEOUT:-540}" python3 benchmarks/dynamic_bench.py --out "$OUT" ${PLUGRT_DYNAMIC_ARGS:-} 2>&1 | tail -20
 fi
+if [ "${PLUGRT_GPU_SERVING:-0}" = "1" ]; then  # issue 20's figures (ResNet-50 FP16 behind Triton and Ray Serve)
+  timeout "${PLUGRT_GPU_SERVING_TIMEOUT:-540}" python3 benchmarks/serving_bench.py --out "$OUT" ${PLUGRT_SERVING_ARGS:-} 2>&1 | tail -20
+fi
 if [ "${PLUGRT_GPU_INT8:-1}" = "1" ]; then  # issue 18's model figures (digits accuracy, ResNet-50/BERT INT8 beside FP16)
   timeout "${PLUGRT_GPU_INT8_TIMEOUT:-540}" python3 benchmarks/int8_bench.py --out "$OUT" ${PLUGRT_INT8_ARGS:-} 2>&1 | tail -40
 fi
