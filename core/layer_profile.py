@@ -66,9 +66,12 @@ def profile_layers(engine, feeds: Mapping[str, np.ndarray], runs: int = DEFAULT_
     by_name = {engine.graph.nodes[layer.node_index].name: layer for layer in engine.layers}
     with engine.create_execution_context(use_cuda_graph=False, profile=profile) as context:
         stream = context.stream
-        spec = context.copy_inputs(feeds, stream)
+        context.copy_inputs(feeds, stream)
+        context.enqueue(stream)  # untimed: first-touch costs stay out; past data-dependent layers, their sizes
+        stream.synchronize()
+        steps = [(spec, name, start, end) for spec in context.last_run for name, start, end in spec.layer_launches]
         rows = []
-        for name, start, end in spec.layer_launches:
+        for spec, name, start, end in steps:
             layer = by_name.get(name)
             node = spec.graph.nodes[layer.node_index] if layer is not None else None
             launches = spec.launches[start:end]
@@ -78,25 +81,26 @@ def profile_layers(engine, feeds: Mapping[str, np.ndarray], runs: int = DEFAULT_
                 layer.plugin if layer is not None else "?", len(launches),
                 sum(_volume(launch.grid) for launch in launches),
                 sum(_volume(launch.grid) * _volume(launch.block) for launch in launches)))
-        _run_layers(spec, stream, None)  # untimed: first-touch costs stay out of the times
         events = None if simulated() else _events(len(rows) + 1)
         for _ in range(int(runs)):
-            for row, ms in zip(rows, _run_layers(spec, stream, events)):
+            for row, ms in zip(rows, _run_layers(steps, stream, events)):
                 row.times_ms.append(ms)
     return rows
 
 
-def _run_layers(spec, stream, events) -> list[float]:
-    """Launch every layer once on ``stream``; each layer's milliseconds."""
+def _run_layers(steps: list, stream, events) -> list[float]:
+    """Launch every layer once on ``stream`` (``steps``: each layer's specialization and
+    launch range, through every specialization of a run: a data-dependent layer reports
+    the same sizes again); each layer's milliseconds."""
     if events is None:  # the simulator: host clocks
         times = []
-        for _, start, end in spec.layer_launches:
+        for spec, _, start, end in steps:
             began = time.perf_counter()
             for launch in spec.launches[start:end]:
                 launch(stream)
             times.append((time.perf_counter() - began) * 1e3)
         return times
-    for event, (_, start, end) in zip(events, spec.layer_launches):
+    for event, (spec, _, start, end) in zip(events, steps):
         event.record(stream)
         for launch in spec.launches[start:end]:
             launch(stream)

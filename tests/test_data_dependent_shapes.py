@@ -255,3 +255,13 @@ def test_batch_buckets_are_refused_for_data_dependent_layers():
     engine = _build(masked_gather_model(), OptimizationProfile().set_shape("x", (1, 3), (3, 3), (5, 3)))
     with pytest.raises(PlugrtError, match="batch buckets: the engine has data-dependent layers .*nonzero"):
         engine.create_execution_context(batch_buckets=[2, 4])
+
+
+def test_the_layer_profile_goes_past_a_data_dependent_layer(rng):
+    from plugrt.layer_profile import profile_layers
+
+    engine = _build(masked_gather_model(), OptimizationProfile().set_shape("x", (1, 3), (3, 3), (5, 3)))
+    rows = profile_layers(engine, _masked_feeds(rng, 4), runs=2)
+    names = [row.name for row in rows]
+    assert "nonzero" in names and names.index("nonzero") < len(names) - 1, names  # the layers after it too
+    assert {engine.graph.nodes[layer.node_index].name for layer in engine.layers if layer.alias is None} <= set(names)

@@ -74,7 +74,8 @@ class ExecutionContext:
         self._warned_graphs = False
         self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self.current: Specialization | None = None
-        self._last: Specialization | None = None  # (the last run's last specialization)
+        #: The specializations the last run went through: one, or more past data-dependent layers.
+        self.last_run: list[Specialization] = []
         self._allocators: dict = {}
         self._allocated: dict = {}
         self._at_opt()
@@ -212,21 +213,20 @@ class ExecutionContext:
     def output_arrays(self) -> dict:
         """The last run's outputs where the context keeps them: device arrays (NumPy arrays
         for outputs known on the host), overwritten by the next run."""
-        spec = self._last if self._last is not None else self.current
+        spec = self.last_run[-1] if self.last_run else self.current
         return {name: value for name, (kind, value) in spec.outputs.items()}
 
     def _run(self, spec: Specialization, stream, outputs: Mapping[str, object] = {}) -> Specialization:
-        """Enqueue ``spec`` and, past each data-dependent layer it ends with, the
-        specialization for the sizes that layer reported (read with a synchronization of
-        ``stream``); the last one, whose outputs are the run's."""
-        first = spec
+        """Enqueue ``spec`` and, past each data-dependent layer it ends with, the specialization
+        for the sizes that layer reported (read with a sync of ``stream``); return the last."""
+        first, self.last_run = spec, [spec]
         while spec.pending is not None:
             spec.run(stream, self)
             spec = self._following(spec, spec.reported_sizes(stream))
+            self.last_run.append(spec)
         spec.given_outputs = outputs_.bind_outputs(spec, outputs, spec is not first,
                                                    lambda name, a: self._converted.get(("output", name), a, as_device))
         spec.run(stream, self)
-        self._last = spec
         return spec
 
     def _copy_inputs(self, feeds: Mapping[str, object], stream) -> Specialization:
@@ -279,7 +279,7 @@ class ExecutionContext:
                 spec.close()
             self._specs.clear()
             self._closed = True
-        self.current = self._last = None
+        self.current, self.last_run = None, []
         self.arena = self.workspace = None
         self._io.clear()
         self._staging.close()
