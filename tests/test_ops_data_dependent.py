@@ -194,8 +194,7 @@ def test_nms_on_the_host_feeds_device_layers(registry, rng):
         np.testing.assert_array_equal(context.execute(run)["y"], reference.run(run)["y"])
 
 
-@pytest.mark.parametrize("center", [0, 1])
-@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("center, ties", [(0, False), (1, True)])
 @pytest.mark.parametrize("max_out, iou, score", [(3, 0.5, 0.2), (100, 0.0, None), (0, 0.5, 0.1), (20, 0.6, 0.0)])
 @pytest.mark.parametrize("constants", [("max_output_boxes_per_class", "iou_threshold", "score_threshold"), ()],
                          ids=["constant-scalars", "runtime-scalars"])
