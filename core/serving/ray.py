@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 
 #: Environment the replicas need (kept from the caller's): the simulator switch, plugrt's
-#: kernel cache, and the CUDA device list.
-PASSED_ENV = ("NUMBA_ENABLE_CUDASIM", "PLUGRT_KERNEL_CACHE", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
+#: kernel cache, the import path. (Not CUDA_VISIBLE_DEVICES: Ray gives each replica its GPUs.)
+PASSED_ENV = ("NUMBA_ENABLE_CUDASIM", "PLUGRT_KERNEL_CACHE", "PYTHONPATH")
 
 
 def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_replica: float = 0.0,
