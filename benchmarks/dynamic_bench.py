@@ -53,6 +53,48 @@ print(json.dumps({"load_s": loaded, "compiled_at_load": after_load,
 """
 
 
+_DIAGNOSE = r"""
+import cProfile, io, json, pstats, sys, time
+import numpy as np
+from plugrt.engine import Engine
+from plugrt.layer_profile import profile_json, profile_layers
+
+plan, seqs = sys.argv[1], [int(s) for s in sys.argv[2].split(",")]
+engine = Engine.load(plan)
+rng = np.random.default_rng(1)
+report = {"profiles": {}}
+for seq in seqs:
+    feeds = {"input_ids": rng.integers(0, 30522, (1, seq), dtype=np.int64)}
+    rows = profile_json(profile_layers(engine, feeds, runs=5))
+    layers = sorted(rows["layers"], key=lambda r: -r["median_ms"])
+    report["profiles"][seq] = {"total_ms": rows["total_median_ms"], "layers": len(rows["layers"]),
+                               "slowest": [{k: r.get(k) for k in ("name", "op", "tactic", "median_ms", "blocks")}
+                                           for r in layers[:10]]}
+context = engine.create_execution_context()
+feeds = {"input_ids": rng.integers(0, 30522, (1, 77), dtype=np.int64)}
+profiler = cProfile.Profile()
+profiler.enable()
+context.execute(feeds)
+profiler.disable()
+text = io.StringIO()
+pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+report["first_request_cumulative"] = text.getvalue()[-9000:]
+text = io.StringIO()
+pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+report["first_request_tottime"] = text.getvalue()[-6000:]
+print(json.dumps(report))
+"""
+
+
+def diagnose(plan: str, seqs: list[int]) -> dict:
+    """Per-layer profiles at ``seqs`` and a profile of a never-seen length's first request."""
+    done = subprocess.run([sys.executable, "-c", _DIAGNOSE, plan, ",".join(map(str, seqs))],
+                          capture_output=True, text=True, env=dict(os.environ, PLUGRT_KERNEL_CACHE="off"))
+    if done.returncode:
+        return {"failed": done.stderr[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def export(work: str) -> str:
     import torch
     from transformers import BertConfig, BertModel
@@ -102,6 +144,8 @@ def main() -> int:
     parser.add_argument("--seqs", default="1,7,64,100,128,200,333,512")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--diagnose", default="", help="lengths to profile per layer (and a first request's host profile)")
+    parser.add_argument("--static", type=int, default=1, help="0: no static engine")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-dynamic-")
@@ -110,15 +154,18 @@ def main() -> int:
     model = export(work)
     report: dict = {"precision": "fp16" if args.fp16 else "fp32/tf32"}
     seqs = [int(s) for s in args.seqs.split(",")]
-    for label, (low, opt, high) in (("dynamic", (1, 128, 512)), ("static", (128, 128, 128))):
+    builds = (("dynamic", (1, 128, 512)), ("static", (128, 128, 128)))[:2 if args.static else 1]
+    for label, (low, opt, high) in builds:
         plan = os.path.join(work, f"{label}.plan")
         report[f"{label}_build"] = build(model, plan, cache, low, opt, high, flags)
         if "failed" not in report[f"{label}_build"]:
             report[label] = measure(plan, seqs if label == "dynamic" else [128], args.runs)
+            if label == "dynamic" and args.diagnose:
+                report["diagnose"] = diagnose(plan, [int(s) for s in args.diagnose.split(",")])
         with open(os.path.join(args.out, "dynamic_bench.json"), "w") as f:
             json.dump(report, f, indent=2)
     print("\n== dynamic shapes (BERT-base, batch 1; first request of a never-seen length vs steady) ==")
-    for label in ("dynamic", "static"):
+    for label, _ in builds:
         entry = report.get(label) or report.get(f"{label}_build")
         if "failed" in entry:
             print(f"{label}: failed: {entry['failed'][-400:]}")

@@ -118,6 +118,36 @@ def test_split_k(rng, splits):
     close(run_tactic(graph, tactic, feeds)[0], feeds["a"].astype(np.float64) @ feeds["b"], f"splits {splits}")
 
 
+@pytest.mark.parametrize("m, k, splits", [(64, 96, 3), (70, 44, 1), (5, 64, 2)])
+def test_the_split_twin_runs_the_same_kernels_at_every_size(rng, m, k, splits):
+    """The split-K ragged twin (``NAME_splitk_ragged``): bounds-checked, the split kernel and
+    its reduction at every size, one split included, with the residual epilogue applied once
+    per element; its kernels are the same at every size (what a dynamic profile's other
+    shapes run)."""
+    kernels = set()
+    for mm, kk, s in ((m, k, splits), (m + 3, k + 4, 1)):
+        feeds = {"a": rand(rng, (mm, kk)), "b": rand(rng, (kk, 8))}
+        graph, node, op, ins, outs = _node("MatMul", feeds, {})
+        residual = rand(rng, (mm, 8))
+        epilogue = Epilogue(residual_relu, len(node.inputs), label="Add+Relu+Mul")
+        meta, offs = plan("MatMul", feeds, {})
+        tactic = wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=epilogue, ragged=True, split_twin=True, splits=s)
+        assert tactic.name == TINY[0].name + wgmma.SPLIT_RAGGED and tactic.params["splits"] == "any"
+        assert tactic.workspace_bytes >= 4 * mm * 8
+        got, counts = _run(graph, tactic, feeds, [residual])
+        np.testing.assert_array_equal(counts, 1, err_msg=f"{tactic.name}: epilogue calls per element")
+        want = residual_relu_numpy(_reference(graph, feeds).astype(np.float64), residual.astype(np.float64))
+        close(got, want, f"{tactic.name} {mm}x{kk}, {s} split(s)")
+        from numba import cuda
+
+        ins = [cuda.to_device(feeds["a"]), cuda.to_device(feeds["b"]), cuda.to_device(residual),
+               cuda.to_device(np.zeros((mm, 8), np.int64))]
+        launches = tactic.launches(ins, [cuda.device_array((mm, 8), F32)],
+                                   cuda.device_array(tactic.workspace_bytes, np.uint8))
+        kernels.add(tuple(launch.kernel for launch in launches))
+    assert len(kernels) == 1 and len(next(iter(kernels))) == 2
+
+
 def test_epilogue_runs_once_per_element(rng):
     feeds = {"a": rand(rng, (64, 20)), "b": rand(rng, (20, 8))}
     graph, node, op, ins, outs = _node("MatMul", feeds, {})
@@ -183,8 +213,9 @@ def test_production_order_and_params(monkeypatch):
     assert tactics[0].params == {"bm": 128, "bn": 256, "bk": 32, "wgs": 2, "stages": 4, "splits": 1, "even": True}
     # Last on a GPU, every tile's ragged twin: bounds-checked, the kernel a dynamic profile's other shapes run.
     if not simulated():
-        assert names[-2:] == ["wgmma_128x256x32_s4_ragged", "wgmma_128x128x32_s5_ragged"]
-        assert not any(t.params["even"] for t in tactics[-2:])
+        assert names[-4:] == ["wgmma_128x256x32_s4_ragged", "wgmma_128x128x32_s5_ragged",
+                              "wgmma_128x256x32_s4_splitk_ragged", "wgmma_128x128x32_s5_splitk_ragged"]
+        assert not any(t.params["even"] for t in tactics[-4:])
     # shared memory fits the H200's 227 KiB per block
     assert all(4 * c.ring_floats() <= 227 * 1024 for c in PRODUCTION)
 

@@ -220,15 +220,18 @@ def split_chunk(k: int, bk: int, splits: int) -> tuple[int, int]:
 
 def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: int, bk: int, threads: int,
                   shared_bytes: int, splits: int, epilogue: Epilogue, alpha: float, beta: float,
-                  c_index: int | None, views=None):
+                  c_index: int | None, views=None, always_split: bool = False):
     """``(launches, workspace_bytes, splits)`` of a K-split-capable GEMM kernel taking the
     SIMT kernel's arguments; ``kernel_for(split: bool, vector: bool)`` gives the kernel
     (``vector``: compiled with the epilogue's vector form, asked only where it applies);
-    ``views(a, b)`` (given) turns the flat operand arrays into those the kernel reads."""
+    ``views(a, b)`` (given) turns the flat operand arrays into those the kernel reads.
+    ``always_split``: the split kernel and its reduction even for one split, so that every
+    size runs the same two kernels (a ragged twin's, with the split count of its size)."""
     nb, m, n, k = (int(meta[s]) for s in (NB, M_, N_, K_))
     splits, kchunk = split_chunk(k, bk, splits)
     total = nb * m * n
-    workspace_bytes = 4 * splits * total if splits > 1 else 0
+    split = always_split or splits > 1
+    workspace_bytes = 4 * splits * total if split else 0
     grid = (-(-n // bn), -(-m // bm), nb * splits)
     vector_shape = epilogue.vector is not None and n % VECTOR == 0 and bn % VECTOR == 0
 
@@ -240,13 +243,13 @@ def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: i
         c = flat(own[c_index]) if c_index is not None and meta[USE_C] else out
         if views is not None:
             a, b = views(a, b)
-        partial = workspace[:workspace_bytes].view(np.float32) if splits > 1 else to_device(np.zeros(1, np.float32))
-        vector = vector_shape and epilogue.vector_ready(ins, out) and (splits == 1 or aligned(partial))
+        partial = workspace[:workspace_bytes].view(np.float32) if split else to_device(np.zeros(1, np.float32))
+        vector = vector_shape and epilogue.vector_ready(ins, out) and (not split or aligned(partial))
         meta_d, operands = to_device(meta), epilogue.arguments(ins)
-        run = [Launch(kernel_for(splits > 1, vector), grid, threads,
+        run = [Launch(kernel_for(split, vector), grid, threads,
                       (out, a, b, c, partial, meta_d, to_device(offs), np.float32(alpha), np.float32(beta),
                        np.int64(splits), np.int64(kchunk), operands), shared_bytes)]
-        if splits > 1:
+        if split:
             blocks, block = grid_1d(total // VECTOR if vector else total)
             reduce = split_reduce_kernel(epilogue.vector, True) if vector else split_reduce_kernel(epilogue.fn)
             run.append(Launch(reduce, blocks, block,

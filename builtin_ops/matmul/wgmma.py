@@ -383,25 +383,46 @@ def hopper() -> bool:
     return tuple(cuda.get_current_device().compute_capability) == (9, 0)
 
 
-#: The name suffix of a tile's ragged twin: bounds-checked at every size, offered at every
-#: size, the kernel a dynamic profile's other shapes run (:mod:`plugrt.engine.generic`).
+#: The name suffix of a tile's ragged twins: bounds-checked at every size, offered at every
+#: size, the kernels a dynamic profile's other shapes run (:mod:`plugrt.engine.generic`).
+#: Each tile has two: whole (``NAME_ragged``) and split-K (``NAME_splitk_ragged``: always
+#: the split kernel and its reduction, K split as the size asks, one split included), the
+#: twin of the tile's split tactics, which few output tiles (small batches, short
+#: sequences) need to fill the GPU.
 RAGGED = "_ragged"
+SPLIT_RAGGED = "_splitk" + RAGGED
+
+
+def twin_name(base: str, splits: int, ragged: bool, split_twin: bool) -> str:
+    """A GEMM tactic's name: ``base``, its split count, or its twin's suffix (:data:`RAGGED`)."""
+    if ragged:
+        return base + (SPLIT_RAGGED if split_twin else RAGGED)
+    return base + (f"_splitk{splits}" if splits > 1 else "")
+
+
+def twin_splits(meta: np.ndarray, config, bk: int) -> int:
+    """The K splits of a split twin at this size: the split tactics' choice, at least one."""
+    return choose_splits(meta, config.bm, config.bn, bk)
 
 
 def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, splits: int = 1,
-                 emulated: bool | None = None, fallback: Tactic | None = None, ragged: bool = False) -> Tactic:
+                 emulated: bool | None = None, fallback: Tactic | None = None, ragged: bool = False,
+                 split_twin: bool = False) -> Tactic:
     """One wgmma tactic for a planned float32 product (``math="tf32"``); the layouts must
     suit it (:func:`operand_layouts`). A K-contiguous operand array that is not 16-byte
     aligned at launch runs ``fallback`` instead (another tactic of the same product).
     ``ragged``: bounds-checked even where the tiles divide the product (``NAME_ragged``:
-    the same kernel at every size, :mod:`plugrt.engine.generic`)."""
+    the same kernel at every size, :mod:`plugrt.engine.generic`); with ``split_twin`` too,
+    the split kernel and its reduction at every size (:data:`SPLIT_RAGGED`), ``splits`` as
+    :func:`twin_splits` gives them when not given."""
     config.check()
     layouts = operand_layouts(meta, offs)
     if layouts is None:
         raise ValueError(f"wgmma GEMM: operands of strides {meta[[SAM, SAK, SBK, SBN]].tolist()} do not suit {config.name}")
     a_kc, b_kc = layouts
     even = not ragged and is_even(meta, config.bm, config.bn, BK)
+    split_twin = ragged and split_twin
 
     def kernel_for(split, vector):
         return wgmma_kernel(config, a_kc, b_kc, even, split, epilogue.fn, emulated,
@@ -409,7 +430,8 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
 
     launches, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, offs, config.bm, config.bn, BK, config.threads,
-        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index)
+        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index,
+        always_split=split_twin)
     if (a_kc or b_kc) and fallback is not None:
         direct = launches
 
@@ -419,8 +441,9 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
             return fallback.launches(ins, outs, workspace)
 
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = config.name + (f"_splitk{splits}" if splits > 1 else "") + (RAGGED if ragged else "")
-    return Tactic(name, launches, {**config.params(), "splits": splits, "even": even}, workspace_bytes, math="tf32")
+    name = twin_name(config.name, splits, ragged, split_twin)
+    params = {**config.params(), "splits": "any" if split_twin else splits, "even": even}
+    return Tactic(name, launches, params, workspace_bytes, math="tf32")
 
 
 def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
@@ -442,6 +465,8 @@ def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarra
             (split if s > 1 else whole).append(wgmma_tactic(config, meta, offs, splits=s, fallback=fallback, **kw))
     fallback = simt.simt_tactic(simt.SIMT_CONFIGS[0], meta, offs, splits=1, **kw)
     # (On a GPU: in the simulator, where the MMAs are emulated, the tiled kernels serve every size.)
-    twins = [wgmma_tactic(config, meta, offs, fallback=fallback, ragged=True, **kw) for config in WGMMA_CONFIGS
+    twins = [wgmma_tactic(config, meta, offs, fallback=fallback, ragged=True, split_twin=split_twin,
+                          splits=twin_splits(meta, config, BK) if split_twin else 1, **kw)
+             for split_twin in (False, True) for config in WGMMA_CONFIGS
              if grid_fits(meta, config.bm) and not simulated()]
     return split + whole + twins

@@ -18,7 +18,7 @@ from plugrt.plugin import Tactic
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
 from .simt import choose_splits, fits, grid_fits, is_even
 from .store import gemm_launches, staging_bytes
-from .wgmma import BK, RAGGED, WgmmaConfig, hopper, wgmma_kernel
+from .wgmma import BK, WgmmaConfig, hopper, twin_name, twin_splits, wgmma_kernel
 
 #: K (in halves) of one 128-byte swizzle line of FP16.
 HALF_BK = 2 * BK
@@ -70,14 +70,19 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
             found.append(_half_tactic(config, meta, offs, operands, held is not None, s, epilogue, alpha, beta,
                                       c_index, fallback, emulated))
     # Last, each tile's ragged twin, offered at every size (a dynamic profile's other shapes).
-    return found + [_half_tactic(config, meta, offs, operands, held is not None, 1, epilogue, alpha, beta, c_index,
-                                 fallback, emulated, ragged=True)
-                    for config in wgmma.WGMMA_CONFIGS if grid_fits(meta, config.bm) and not simulated()]
+    # (Whole and split-K twins: wgmma.RAGGED.)
+    return found + [_half_tactic(config, meta, offs, operands, held is not None,
+                                 twin_splits(meta, config, HALF_BK) if split_twin else 1, epilogue, alpha, beta,
+                                 c_index, fallback, emulated, ragged=True, split_twin=split_twin)
+                    for split_twin in (False, True) for config in wgmma.WGMMA_CONFIGS
+                    if grid_fits(meta, config.bm) and not simulated()]
 
 
 def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, splits: int, epilogue: Epilogue,
-                 alpha: float, beta: float, c_index, fallback: Tactic | None, emulated, ragged: bool = False) -> Tactic:
+                 alpha: float, beta: float, c_index, fallback: Tactic | None, emulated, ragged: bool = False,
+                 split_twin: bool = False) -> Tactic:
     even = not ragged and is_even(meta, config.bm, config.bn, HALF_BK)
+    split_twin = ragged and split_twin
 
     def kernel_for(split, vector):
         return wgmma_kernel(config, True, True, even, split, epilogue.fn, emulated, True,
@@ -85,7 +90,8 @@ def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, split
 
     direct, workspace_bytes, splits = gemm_launches(
         kernel_for, meta, offs, config.bm, config.bn, HALF_BK, config.threads,
-        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index, operands)
+        staging_bytes(config.bm, config.bn, config.ring_floats(), config.ld), splits, epilogue, alpha, beta, c_index, operands,
+        always_split=split_twin)
 
     def launches(ins, outs, workspace):
         if aligned(ins[0]) and (holds_b or aligned(ins[1])):
@@ -96,7 +102,7 @@ def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, split
 
     if fallback is not None:
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = (f"wgmma_f16_{config.bm}x{config.bn}x{HALF_BK}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
-            + (RAGGED if ragged else ""))
-    params = {**config.params(), "bk": HALF_BK, "splits": splits, "held_b": holds_b, "even": even}
+    name = twin_name(f"wgmma_f16_{config.bm}x{config.bn}x{HALF_BK}_s{config.stages}", splits, ragged, split_twin)
+    params = {**config.params(), "bk": HALF_BK, "splits": "any" if split_twin else splits, "held_b": holds_b,
+              "even": even}
     return Tactic(name, launches, params, workspace_bytes)

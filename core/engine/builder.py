@@ -112,7 +112,7 @@ class Builder:
                         passes=[result.as_json() for result in checked.passes], profiles=checked.profiles,
                         specialized=[{"profile": p, "shapes": {n: list(s) for n, s in shapes.items()}}
                                      for p, shapes, _, _ in checked.specials])
-        choose_generic(engine)
+        choose_generic(engine, tf32=config.tf32)
         report, int8 = checked.precision, checked.graph.int8
         if report is not None and (report.decisions or config.strongly_typed or int8 is not None):
             if int8 is not None and report.reference is None and int8.reference is not None:

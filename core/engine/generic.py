@@ -9,9 +9,9 @@ odd shape between them and at one of powers of two (:func:`probe_shapes`): the s
 identities (:func:`plugrt.binaries.kernel_identity`), so one compiled kernel each (the
 plan carries them, :mod:`plugrt.engine.plan_kernels`) serves every shape. The tuned
 tactic is kept as the generic one where it is generic itself; otherwise the first generic
-tactic the plugin offers at opt shapes, those named after the tuned one first (a plugin
-offers a twin without its shape-specialized code paths, as the attention plugin's
-bounds-checked ``NAME_ragged`` tiles), then in its preference order. A layer with none
+tactic the plugin offers at opt shapes, those named most like the tuned one first (a
+plugin offers a twin without its shape-specialized code paths, as the attention plugin's
+bounds-checked ``NAME_ragged`` tiles), ties in its preference order. A layer with none
 is named in a warning: a new shape compiles its kernels at run time.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from plugrt import binaries
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
+from plugrt.tactic import allowed
 from plugrt.tuning.kernel_keys import layer_key
 
 log = logging.getLogger("plugrt.builder")
@@ -91,9 +93,10 @@ def _odd_between(a: int, c: int) -> int:
     return middle
 
 
-def choose_generic(engine) -> None:
-    """Set each layer's generic tactic per profile (:attr:`LayerRecord.generic_tactics`);
-    warn once naming the layers with none."""
+def choose_generic(engine, tf32: bool = True) -> None:
+    """Set each layer's generic tactic per profile (:attr:`LayerRecord.generic_tactics`),
+    among the tactics the build allows (none on TF32 tensor cores unless ``tf32``); warn
+    once naming the layers with none."""
     registry, layers = engine.registry, engine.layers
     generic: dict[int, list] = {}
     missing: list[str] = []
@@ -111,7 +114,7 @@ def choose_generic(engine) -> None:
                 continue
             tuned = layer.tactic_for(index)
             chosen = _generic_tactic(registry, opt.nodes[layer.node_index], opt, graphs, layer, tuned,
-                                     engine.device_weights())
+                                     engine.device_weights(), tf32)
             if chosen is None:
                 missing.append(f"{node.name} (profile {index})")
             generic.setdefault(k, [None] * len(engine.profiles))[index] = chosen if chosen != tuned else None
@@ -124,19 +127,22 @@ def choose_generic(engine) -> None:
                     len(missing), ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
 
 
-def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict, weights: dict) -> dict | None:
+def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict, weights: dict,
+                    tf32: bool = True) -> dict | None:
     """The tuned tactic when it is generic, else the first generic one offered at opt
-    shapes by the tuned tactic's provider; ``None`` when none is."""
+    shapes by the tuned tactic's provider (and allowed: :func:`plugrt.tactic.allowed`);
+    ``None`` when none is."""
     from plugrt.engine.specialization import find_tactic
 
     op = registry.op(node)
-    offered = registry.tactics(op, node, [opt_graph.info(n) if n else None for n in node.inputs],
-                               [opt_graph.info(n) for n in node.outputs if n])
+    offered = allowed(registry.tactics(op, node, [opt_graph.info(n) if n else None for n in node.inputs],
+                                       [opt_graph.info(n) for n in node.outputs if n]), tf32)
     others = [t.identity() for t in offered if t.provider == tuned.get("provider")
               and (t.name, dict(t.params)) != (tuned["name"], tuned["params"])]
-    # Those named after the tuned tactic first (a plugin's twin of it without its
-    # shape-specialized code paths, "NAME_ragged"), then the rest in the plugin's order.
-    candidates = [tuned] + sorted(others, key=lambda t: not t["name"].startswith(tuned["name"]))
+    # Those named most like the tuned tactic first (a plugin's twin of it without its
+    # shape-specialized code paths: "NAME_ragged" for "NAME", "NAME_splitk_ragged" for
+    # "NAME_splitk12"), ties in the plugin's order.
+    candidates = [tuned] + sorted(others, key=lambda t: -_common_prefix(t["name"], tuned["name"]))
     for candidate in candidates:
         signatures = set()
         for graph in graphs:
@@ -156,6 +162,10 @@ def _generic_tactic(registry, node, opt_graph, graphs: list, layer, tuned: dict,
         else:
             return candidate
     return None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
 
 
 def signature(registry, node, graph, tactic, weights: dict | None = None) -> tuple:

@@ -14,7 +14,7 @@ The default measure, :func:`cuda_event_median`, is the median of CUDA-event timi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +40,8 @@ class TacticRun:
     node: object
     launches: list  # one list of PreparedLaunch per buffer set
     stream: object
+    #: The shape of each of the node's inputs and outputs, by name, as timed.
+    shapes: dict = field(default_factory=dict)
 
     def enqueue(self, iteration: int) -> None:
         """Enqueue the tactic's launches on buffer set ``iteration % sets``."""
@@ -110,7 +112,9 @@ class LayerBench:
         launches = [[PreparedLaunch(launch, None if key is None else f"{key}/{index}")
                      for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
                     for ins, outs in zip(self.inputs, self.outputs)]
-        run = TacticRun(tactic, self.node, launches, self.stream)
+        shapes = {name: _shape(self.graph.info(name)) for name in list(self.node.inputs) + list(self.node.outputs)
+                  if name}
+        run = TacticRun(tactic, self.node, launches, self.stream, shapes)
         run.enqueue(0)
         self.stream.synchronize()
         return run, [None if out is None else out.copy_to_host() for out in self.outputs[0]]
