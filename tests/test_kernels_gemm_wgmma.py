@@ -132,7 +132,7 @@ def test_the_split_twin_runs_the_same_kernels_at_every_size(rng, m, k, splits):
         epilogue = Epilogue(residual_relu, len(node.inputs), label="Add+Relu+Mul")
         meta, offs = plan("MatMul", feeds, {})
         tactic = wgmma.wgmma_tactic(TINY[0], meta, offs, epilogue=epilogue, ragged=True, split_twin=True, splits=s)
-        assert tactic.name == TINY[0].name + wgmma.SPLIT_RAGGED and tactic.params["splits"] == "any"
+        assert tactic.name == TINY[0].name + simt.SPLIT_RAGGED and tactic.params["splits"] == "any"
         assert tactic.workspace_bytes >= 4 * mm * 8
         got, counts = _run(graph, tactic, feeds, [residual])
         np.testing.assert_array_equal(counts, 1, err_msg=f"{tactic.name}: epilogue calls per element")

@@ -30,9 +30,9 @@ from plugrt.plugin import Launch, Tactic
 from plugrt_builtin_ops.matmul.plan import (
     K_, M_, META_LEN, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SCM, SCN, USE_C, A_KC,
 )
-from plugrt_builtin_ops.matmul.simt import choose_splits, is_even
+from plugrt_builtin_ops.matmul.simt import RAGGED, choose_splits, is_even
 from plugrt_builtin_ops.matmul.store import gemm_launches, staging_bytes
-from plugrt_builtin_ops.matmul.wgmma import BK, RAGGED, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
+from plugrt_builtin_ops.matmul.wgmma import BK, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
 from plugrt_builtin_ops.matmul.wgmma_f16 import wgmma_half_tactics
 from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops
 

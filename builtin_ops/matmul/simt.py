@@ -290,6 +290,28 @@ def choose_splits(meta: np.ndarray, bm: int, bn: int, bk: int) -> int:
     return max(1, min(-(-2 * SMS // tiles), ktiles // MIN_KTILES_PER_SPLIT, MAX_GRID_YZ // max(nb, 1)))
 
 
+#: The name suffix of a tile's ragged twins: bounds-checked at every size, offered at every
+#: size, the kernels a dynamic profile's other shapes run (:mod:`plugrt.engine.generic`).
+#: Each tile has two: whole (``NAME_ragged``) and split-K (``NAME_splitk_ragged``: always
+#: the split kernel and its reduction, K split as the size asks, one split included), the
+#: twin of the tile's split tactics, which few output tiles (small batches, short
+#: sequences) need to fill the GPU.
+RAGGED = "_ragged"
+SPLIT_RAGGED = "_splitk" + RAGGED
+
+
+def twin_name(base: str, splits: int, ragged: bool, split_twin: bool) -> str:
+    """A GEMM tactic's name: ``base``, its split count, or its twin's suffix (:data:`RAGGED`)."""
+    if ragged:
+        return base + (SPLIT_RAGGED if split_twin else RAGGED)
+    return base + (f"_splitk{splits}" if splits > 1 else "")
+
+
+def twin_splits(meta: np.ndarray, config, bk: int) -> int:
+    """The K splits of a split twin at this size: the split tactics' choice, at least one."""
+    return choose_splits(meta, config.bm, config.bn, bk)
+
+
 def simt_tactic(config: SimtConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue, alpha: float = 1.0,
                 beta: float = 0.0, c_index: int | None = None, splits: int = 1) -> Tactic:
     """One SIMT SGEMM tactic for a planned float32 product (see the module doc)."""

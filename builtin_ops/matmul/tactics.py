@@ -20,10 +20,10 @@ from plugrt.plugin import Launch, Tactic
 
 from . import gemv
 from .plan import M_, N_, NB, USE_C, scaling_type
-from .simt import simt_tactics
+from .simt import RAGGED, simt_tactics
 from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
-from .wgmma import RAGGED, wgmma_tactics
+from .wgmma import wgmma_tactics
 from .wgmma_f16 import wgmma_half_tactics
 from .wgmma_int8 import wgmma_int8_tactics
 
@@ -124,7 +124,7 @@ def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
     operands), TF32 tensor cores (float32; ``math="tf32"``, dropped by the tuner when TF32
     is off; ``wgmma`` first, then ``mma.sync``), then SIMT SGEMM; each only where its tile
     suits the product (see :func:`.simt.fits`); last the ``wgmma`` tiles' ragged twins
-    (:data:`.wgmma.RAGGED`), offered at every size for a dynamic profile's other shapes."""
+    (:data:`.simt.RAGGED`), offered at every size for a dynamic profile's other shapes."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
     found = (wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value, fallback=fallback, **kw)
              + wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)

@@ -51,7 +51,7 @@ from plugrt.plugin import Tactic
 from . import simt
 from .plan import K_, M_, N_, OFFS_W, SAK, SAM, SBK, SBN
 from .integer_store import Int8Operands, integer_tile_store
-from .simt import choose_splits, fits, grid_fits, is_even, is_float32
+from .simt import choose_splits, fits, grid_fits, is_even, is_float32, twin_name, twin_splits
 from .store import gemm_launches, staging_bytes, tile_store
 from .wgmma_intrinsics import BK, block_copier, copy_ops, ops_for
 
@@ -383,28 +383,6 @@ def hopper() -> bool:
     return tuple(cuda.get_current_device().compute_capability) == (9, 0)
 
 
-#: The name suffix of a tile's ragged twins: bounds-checked at every size, offered at every
-#: size, the kernels a dynamic profile's other shapes run (:mod:`plugrt.engine.generic`).
-#: Each tile has two: whole (``NAME_ragged``) and split-K (``NAME_splitk_ragged``: always
-#: the split kernel and its reduction, K split as the size asks, one split included), the
-#: twin of the tile's split tactics, which few output tiles (small batches, short
-#: sequences) need to fill the GPU.
-RAGGED = "_ragged"
-SPLIT_RAGGED = "_splitk" + RAGGED
-
-
-def twin_name(base: str, splits: int, ragged: bool, split_twin: bool) -> str:
-    """A GEMM tactic's name: ``base``, its split count, or its twin's suffix (:data:`RAGGED`)."""
-    if ragged:
-        return base + (SPLIT_RAGGED if split_twin else RAGGED)
-    return base + (f"_splitk{splits}" if splits > 1 else "")
-
-
-def twin_splits(meta: np.ndarray, config, bk: int) -> int:
-    """The K splits of a split twin at this size: the split tactics' choice, at least one."""
-    return choose_splits(meta, config.bm, config.bn, bk)
-
-
 def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, splits: int = 1,
                  emulated: bool | None = None, fallback: Tactic | None = None, ragged: bool = False,
@@ -414,7 +392,7 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
     aligned at launch runs ``fallback`` instead (another tactic of the same product).
     ``ragged``: bounds-checked even where the tiles divide the product (``NAME_ragged``:
     the same kernel at every size, :mod:`plugrt.engine.generic`); with ``split_twin`` too,
-    the split kernel and its reduction at every size (:data:`SPLIT_RAGGED`), ``splits`` as
+    the split kernel and its reduction at every size (:data:`.simt.SPLIT_RAGGED`), ``splits`` as
     :func:`twin_splits` gives them when not given."""
     config.check()
     layouts = operand_layouts(meta, offs)

@@ -16,9 +16,9 @@ from plugrt.kernels import Epilogue, aligned, cuda, simulated
 from plugrt.plugin import Tactic
 
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
-from .simt import choose_splits, fits, grid_fits, is_even
+from .simt import choose_splits, fits, grid_fits, is_even, twin_name, twin_splits
 from .store import gemm_launches, staging_bytes
-from .wgmma import BK, WgmmaConfig, hopper, twin_name, twin_splits, wgmma_kernel
+from .wgmma import BK, WgmmaConfig, hopper, wgmma_kernel
 
 #: K (in halves) of one 128-byte swizzle line of FP16.
 HALF_BK = 2 * BK
@@ -70,7 +70,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
             found.append(_half_tactic(config, meta, offs, operands, held is not None, s, epilogue, alpha, beta,
                                       c_index, fallback, emulated))
     # Last, each tile's ragged twin, offered at every size (a dynamic profile's other shapes).
-    # (Whole and split-K twins: wgmma.RAGGED.)
+    # (Whole and split-K twins: simt.RAGGED.)
     return found + [_half_tactic(config, meta, offs, operands, held is not None,
                                  twin_splits(meta, config, HALF_BK) if split_twin else 1, epilogue, alpha, beta,
                                  c_index, fallback, emulated, ragged=True, split_twin=split_twin)
