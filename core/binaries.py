@@ -20,6 +20,7 @@ when its module loads, is compiled and loaded by Numba, as before. Thread-safe.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -44,6 +45,10 @@ _modules: list = []
 _binaries: dict[str, KernelBinary] = {}
 #: full key -> binary a loaded plan supplied.
 _supplied: dict[str, KernelBinary] = {}
+#: (launch key, argument types, id(kernel), device id) -> (kernel, CUfunction): a launch
+#: resolved before, without hashing its full key again (a new shape's specialization
+#: prepares hundreds of launches of kernels already loaded).
+_resolved: dict[tuple, tuple] = {}
 #: launch key -> the full keys it was resolved to.
 _by_key: dict[str, set[str]] = {}
 _stats: Counter = Counter()
@@ -57,12 +62,19 @@ def function(kernel, argtypes: tuple, key: str | None = None):
             _stats["compiled"] += 1
             return _numba_function(kernel, argtypes)
     device, arch = _device()
+    memo = (key, argtypes, id(kernel), device)
+    with _lock:
+        known = _resolved.get(memo)
+        if known is not None and known[0] is kernel:
+            _stats["loaded"] += 1
+            return known[1]
     full = full_key(key, argtypes, arch, kernel)
     with _lock:
         found = _functions.get((full, device))
         if found is not None:
             _stats["loaded"] += 1
             _by_key.setdefault(key, set()).add(full)
+            _resolved[memo] = (kernel, found)
             return found
         handle = None
         for source, binary in (("from_plan", _supplied.get(full)), ("loaded", _binaries.get(full)),
@@ -83,6 +95,7 @@ def function(kernel, argtypes: tuple, key: str | None = None):
         _functions[(full, device)] = handle
         _binaries[full] = binary
         _by_key.setdefault(key, set()).add(full)
+        _resolved[memo] = (kernel, handle)
         _stats[source] += 1
         return handle
 
@@ -235,6 +248,7 @@ def clear() -> None:
                 drv.cuModuleUnload(module)
         _modules.clear()
         _functions.clear()
+        _resolved.clear()
         _binaries.clear()
         _supplied.clear()
         _by_key.clear()
@@ -268,7 +282,9 @@ def _device() -> tuple[int, str]:
     return int(device.id), arch_name(device.compute_capability)
 
 
+@functools.cache
 def _numba_versions() -> str:
+    """(Read once: ``importlib.metadata`` scans the installed distributions each call.)"""
     from importlib import metadata
 
     found = []

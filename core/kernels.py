@@ -13,6 +13,8 @@ FP16 tensor-core instructions, ``ldmatrix`` and ``cp.async`` as inline PTX, from
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -266,8 +268,34 @@ def flat(array):
 
 
 def to_device(array: np.ndarray):
-    """Copy a small host table (shapes, strides, index maps) to the device."""
-    return cuda.to_device(np.ascontiguousarray(array))
+    """A small host table (shapes, strides, index maps, a scalar operand, a dummy) on the
+    device, **read-only**: tables of the same contents (up to :data:`TABLE_SHARED_BYTES`)
+    share one device array on this device, so the layers of a repeated block, and a new
+    shape's specialization, upload each distinct table once. A kernel must never write to
+    one (outputs and scratch come from the launch's outputs and workspace)."""
+    host = np.ascontiguousarray(array)
+    if host.nbytes > TABLE_SHARED_BYTES:
+        return cuda.to_device(host)
+    key = (0 if simulated() else cuda.get_current_device().id, host.dtype.str, host.shape, host.tobytes())
+    with _TABLES_LOCK:
+        found = _TABLES.get(key)
+        if found is not None:
+            _TABLES.move_to_end(key)
+            return found
+    uploaded = cuda.to_device(host)
+    with _TABLES_LOCK:
+        _TABLES[key] = uploaded
+        while len(_TABLES) > TABLE_CACHE:
+            _TABLES.popitem(last=False)  # (launches holding it keep it alive)
+    return uploaded
+
+
+#: Distinct device tables :func:`to_device` keeps for sharing (least recently used dropped).
+TABLE_CACHE = 4096
+#: Larger tables (weights a tactic derives, long index maps) are uploaded each time.
+TABLE_SHARED_BYTES = 16 * 1024
+_TABLES: "OrderedDict[tuple, object]" = OrderedDict()
+_TABLES_LOCK = threading.Lock()
 
 
 def c_strides(shape: Sequence[int]) -> np.ndarray:

@@ -117,6 +117,32 @@ def test_epilogue_runs_once_per_element(rng):
         close(got, want, tactic.name)
 
 
+def test_a_held_weight_is_transposed_and_uploaded_once_for_every_shape(rng):
+    """A new shape enumerates the tactics again (a dynamic profile's specialization): the
+    weight they hold transposed is the same device array, not a fresh copy per shape."""
+    from numba import cuda
+
+    b = rand(rng, (72, 16))
+    held = []
+    for m in (70, 33):
+        feeds = {"a": rand(rng, (m, 72)), "b": b}
+        graph = import_model(single_node_model("MatMul", feeds, {}, ("b",)), registry=default_registry())
+        tactic = wgmma_f16.wgmma_half_tactics(F16, F16, F16, *matmul_plan.product_plan((m, 72), (72, 16)),
+                                              epilogue=no_epilogue(2), b_value=b)[0]
+        out = cuda.to_device(np.zeros((m, 16), F16))
+        ins = [cuda.to_device(feeds["a"]), cuda.to_device(b)]
+        launches = tactic.launches(ins, [out], cuda.to_device(np.zeros(1, np.uint8)))
+        held.append(launches[0].args[2])
+        close(run_tactic(graph, tactic, {"a": feeds["a"]})[0], exact(feeds, "MatMul", {}), f"M {m}")
+    assert _address(held[0]) == _address(held[1])
+
+
+def _address(array) -> int:
+    """Where a device array's data starts (the simulator's arrays wrap a host array)."""
+    interface = getattr(array, "__cuda_array_interface__", None) if not simulated() else None
+    return interface["data"][0] if interface else array._ary.__array_interface__["data"][0]
+
+
 def test_products_that_do_not_suit_are_not_offered(rng):
     plan = matmul_plan.product_plan
     kw = {"epilogue": no_epilogue(2)}

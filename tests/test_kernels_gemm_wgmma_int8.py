@@ -26,6 +26,7 @@ from plugrt_builtin_ops.matmul import plan as matmul_plan
 from plugrt_builtin_ops.matmul import tactics as matmul_tactics
 from plugrt_builtin_ops.matmul import wgmma, wgmma_int8, wgmma_intrinsics
 from plugrt_builtin_ops.matmul.integer_store import Int8Operands
+from plugrt_builtin_ops.matmul.store import HeldOperand
 from test_kernels_gemm_wgmma import PRODUCTION, TINY
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # int32 wrapping in the simulator
@@ -139,10 +140,10 @@ def test_split_k(rng, splits, corrected):
     """K 384 = three tiles of 128 values split 2+1 or 1+1+1: int32 partial sums in the
     workspace, added up (and corrected) by the final reduction."""
     a, b = ints(rng, U8, (64, 384)), ints(rng, I8, (384, 8))
-    held = np.ascontiguousarray(b.T)
+    held = HeldOperand(b, I8, *b.shape)
     meta, offs = _plan(a, b)
     operands = Int8Operands("u8.s8", corrected)
-    col_sums = held.astype(np.int64).sum(axis=1).astype(np.int32) if corrected else None
+    col_sums = held.host.astype(np.int64).sum(axis=1).astype(np.int32) if corrected else None
     feeds = {"a": a, "b": b, "za": U8(131)} if corrected else {"a": a, "b": b}
     tactic = wgmma_int8.int8_tactic(TINY[0], meta, offs, operands, held, col_sums, splits, no_epilogue(len(feeds)))
     assert tactic.params["splits"] == splits and tactic.workspace_bytes > 0
@@ -158,8 +159,8 @@ def test_store_of_tiles_threads_do_not_divide(rng, bn):
     a, b = ints(rng, U8, (64, 32)), ints(rng, I8, (32, bn - 3))
     meta, offs = matmul_plan.product_plan(a.shape, b.shape, zb=np.array([0, 1]))  # B's zero points per column
     meta[matmul_plan.SBK], meta[matmul_plan.SBN] = 1, 32
-    held = np.ascontiguousarray(b.T)
-    col_sums = held.astype(np.int64).sum(axis=1).astype(np.int32)
+    held = HeldOperand(b, I8, *b.shape)
+    col_sums = held.host.astype(np.int64).sum(axis=1).astype(np.int32)
     feeds = {"a": a, "b": b, "za": U8(7), "zb": ints(rng, I8, (bn - 3,))}
     tactic = wgmma_int8.int8_tactic(wgmma.WgmmaConfig(1, bn, 3), meta, offs, Int8Operands("u8.s8", True), held,
                                     col_sums, 1, no_epilogue(4))

@@ -16,11 +16,13 @@ bytes than it multiplies): its bytes in flight decide the layer's time.
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 
 import numpy as np
 from numba import float32, int64
 
-from plugrt.kernels import VECTOR, Epilogue, aligned, cuda, flat, grid_1d, jit, to_device, vector8
+from plugrt.kernels import VECTOR, Epilogue, aligned, cuda, flat, grid_1d, jit, simulated, to_device, vector8
 from plugrt.plugin import Launch
 
 from .plan import K_, M_, N_, NB, SCM, SCN, USE_C, store_value_fn
@@ -258,3 +260,60 @@ def gemm_launches(kernel_for, meta: np.ndarray, offs: np.ndarray, bm: int, bn: i
         return run
 
     return launches, workspace_bytes, splits
+
+
+class HeldOperand:
+    """A constant ``[K, N]`` B a tactic holds transposed, ``[N, K]`` (the FP16 and INT8
+    tensor-core GEMMs read B K-major): made once per constant and dtype and uploaded once
+    per device, shared by every tactic, specialization and context that holds it
+    (read-only). A new shape's specialization enumerates the tactics again; without this
+    it would transpose and upload every weight again, and keep each copy."""
+
+    def __init__(self, value: np.ndarray, dtype, k: int, n: int):
+        self.host = np.ascontiguousarray(np.asarray(value, dtype).reshape(k, n).T)
+        self.size = self.host.size
+        self._device: dict = {}
+        self._derived: dict = {}
+
+    def derived(self, name: str, make):
+        """A host array derived from the held operand (``make(host)``), made once."""
+        with _HELD_LOCK:
+            if name not in self._derived:
+                self._derived[name] = make(self.host)
+            return self._derived[name]
+
+    def device(self):
+        """The ``[N * K]`` device copy on the current device."""
+        key = _device_id()
+        found = self._device.get(key)
+        if found is None:
+            with _HELD_LOCK:
+                found = self._device.get(key)
+                if found is None:
+                    found = self._device[key] = cuda.to_device(self.host).reshape(self.size)
+        return found
+
+
+def held_operand(value: np.ndarray, dtype, k: int, n: int) -> HeldOperand:
+    """The :class:`HeldOperand` of this constant (kept while the constant lives)."""
+    key = (id(value), np.dtype(dtype).str, k, n)
+    with _HELD_LOCK:
+        found = _HELD.get(key)
+        if found is not None and found[0]() is value:
+            return found[1]
+    held = HeldOperand(value, dtype, k, n)
+    try:
+        ref = weakref.ref(value, lambda _, key=key: _HELD.pop(key, None))
+    except TypeError:  # (not weak-referenceable: not shared)
+        return held
+    with _HELD_LOCK:
+        _HELD[key] = (ref, held)
+    return held
+
+
+def _device_id() -> int:
+    return 0 if simulated() else cuda.get_current_device().id
+
+
+_HELD: dict = {}
+_HELD_LOCK = threading.RLock()

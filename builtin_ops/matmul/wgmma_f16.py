@@ -12,12 +12,12 @@ constant B) is held transposed by the tactic, ``[N, K]``, so weight products qua
 from __future__ import annotations
 
 import numpy as np
-from plugrt.kernels import Epilogue, aligned, cuda, simulated
+from plugrt.kernels import Epilogue, aligned, simulated
 from plugrt.plugin import Tactic
 
 from .plan import K_, N_, OFFS_W, SAK, SAM, SBK, SBN
 from .simt import choose_splits, fits, grid_fits, is_even, twin_name, twin_splits
-from .store import gemm_launches, staging_bytes
+from .store import gemm_launches, held_operand, staging_bytes
 from .wgmma import BK, WgmmaConfig, hopper, wgmma_kernel
 
 #: K (in halves) of one 128-byte swizzle line of FP16.
@@ -47,7 +47,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
     if int(meta[SBK]) != 1:
         if b_value is None or np.asarray(b_value).size != k * n or table[:, 1].any() or int(meta[SBN]) != 1:
             return []
-        held = np.ascontiguousarray(np.asarray(b_value, half).reshape(k, n).T)
+        held = held_operand(b_value, half, k, n)
         meta[SBK], meta[SBN] = 1, k
     if not (_half_chunks(int(meta[SAM]), int(meta[SAK]), k, table[:, 0])
             and _half_chunks(int(meta[SBN]), int(meta[SBK]), k, table[:, 1])):
@@ -56,7 +56,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
 
     def operands(a, b):
         if held is not None:
-            b = cuda.to_device(held).reshape(held.size)
+            b = held.device()
         return a.view(np.float32), b.view(np.float32)
 
     found = []

@@ -31,7 +31,7 @@ from . import wgmma
 from .integer_store import Int8Operands, integer_split_reduce_kernel, row_sums_kernel
 from .plan import K_, M_, N_, NB, OFFS_W, SAK, SAM, SBK, SBN, SZAK, SZBK
 from .simt import choose_splits, fits, is_even
-from .store import split_chunk, staging_bytes
+from .store import held_operand, split_chunk, staging_bytes
 from .wgmma import BK, WgmmaConfig, hopper, wgmma_kernel
 from .wgmma_intrinsics import int8_columns_ok
 
@@ -67,7 +67,7 @@ def wgmma_int8_tactics(a_dtype, b_dtype, meta: np.ndarray, offs: np.ndarray, *, 
     if int(meta[SBK]) != 1:
         if b_value is None or np.asarray(b_value).size != k * n or table[:, 1].any() or int(meta[SBN]) != 1:
             return []
-        held = np.ascontiguousarray(np.asarray(b_value, b_dtype).reshape(k, n).T)
+        held = held_operand(b_value, b_dtype, k, n)
         meta[SBK], meta[SBN] = 1, k
     if not (_byte_chunks(int(meta[SAM]), int(meta[SAK]), k, table[:, 0])
             and _byte_chunks(int(meta[SBN]), int(meta[SBK]), k, table[:, 1])):
@@ -75,7 +75,8 @@ def wgmma_int8_tactics(a_dtype, b_dtype, meta: np.ndarray, offs: np.ndarray, *, 
     operands = Int8Operands(".".join(types), corrected=not symmetric)
     col_sums = None
     if held is not None and operands.corrected:  # int64 sums wrapped to int32, as the kernel's would
-        col_sums = np.tile(held.astype(np.int64).sum(axis=1).astype(np.int32), nb)
+        sums = held.derived("column_sums", lambda host: host.astype(np.int64).sum(axis=1).astype(np.int32))
+        col_sums = np.tile(sums, nb)
     offs = np.ascontiguousarray(table.reshape(-1))
     found = []
     for config in wgmma.WGMMA_CONFIGS:
@@ -99,7 +100,7 @@ def _regions(sizes: list[int]) -> list[int]:
 def int8_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, operands: Int8Operands, held, col_sums,
                 splits: int, epilogue: Epilogue, fallback: Tactic | None = None, emulated: bool | None = None) -> Tactic:
     """One INT8 wgmma tactic; ``meta``/``offs`` describe the product as the kernel reads it
-    (B ``[N, K]``: ``held`` when the tactic holds it, with its column sums ``col_sums``
+    (B ``[N, K]``: ``held``, a :class:`~.store.HeldOperand`, when the tactic holds it, with its column sums ``col_sums``
     tiled over the batch where zero points are corrected)."""
     nb, m, n, k = (int(meta[s]) for s in (NB, M_, N_, K_))
     total = nb * m * n
@@ -123,7 +124,7 @@ def int8_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, operand
                 raise ValueError("wgmma INT8 GEMM: an operand is not 16-byte aligned and there is no fallback")
             return fallback.launches(ins, outs, workspace)
         out, a = flat(outs[0]), flat(own[0])
-        b = to_device(held).reshape(held.size) if held is not None else flat(own[1])
+        b = held.device() if held is not None else flat(own[1])
         meta_d, offs_d = to_device(meta), to_device(offs)
 
         def region(index, count):

@@ -45,6 +45,7 @@ HASHED_VALUE_BYTES = 64 * 1024
 def layer_key(registry, node, graph, tactic) -> str | None:
     """The key of ``node``'s kernels under ``tactic`` at ``graph``'s concrete shapes, or
     ``None`` where the kernels cannot be named (they are then always compiled)."""
+    source = dict(tactic.source) if getattr(tactic, "source", None) else None
     try:
         op = registry.op(node)
         objects = [registry.pm.get_plugin(registry.owner(op).name), op]
@@ -54,7 +55,6 @@ def layer_key(registry, node, graph, tactic) -> str | None:
                 inner = registry.op(part)
                 objects += [registry.pm.get_plugin(registry.owner(inner).name), inner]
                 names.append(registry.owner(inner).name)
-        source = dict(tactic.source) if getattr(tactic, "source", None) else None
         if source is not None:
             objects.append(registry.pm.get_plugin(source["plugin"]))
             names.append(source["plugin"])
@@ -70,13 +70,35 @@ def layer_key(registry, node, graph, tactic) -> str | None:
         "plugins": [plugins[name] for name in sorted(plugins)],
         "sources": sources,
         "op": {"op": node.qualified_op, "opset": int(node.opset), "version": op.version},
-        "attributes": {str(k): canonical(fused_body(node) if k == "body" and is_fused(node) else v)
-                       for k, v in node.attrs.items()},
+        "layer": _spelled(node, tactic, source),
         "inputs": [_tensor(graph, name) for name in node.inputs],
         "outputs": [_tensor(graph, name) for name in node.outputs],
+    }).encode("utf-8")).hexdigest()
+
+
+def _spelled(node, tactic, source) -> str:
+    """The node's attributes (a fused layer's body as the timing cache spells it) and the
+    tactic, as canonical JSON; remembered per node object and tactic, since a new shape's
+    specialization names every launch of the engine again."""
+    memo = (id(node), tactic.name, repr(tactic.params), getattr(tactic, "math", ""), repr(source))
+    found = _spellings.get(memo)
+    if found is not None and found[0] is node:
+        return found[1]
+    text = canonical_json({
+        "attributes": {str(k): canonical(fused_body(node) if k == "body" and is_fused(node) else v)
+                       for k, v in node.attrs.items()},
         "tactic": {"name": tactic.name, "params": canonical(dict(tactic.params)),
                    "math": getattr(tactic, "math", ""), "source": canonical(source)},
-    }).encode("utf-8")).hexdigest()
+    })
+    if len(_spellings) >= _SPELLINGS:
+        _spellings.clear()
+    _spellings[memo] = (node, text)
+    return text
+
+
+#: (node, tactic) -> (node, spelling) for :func:`_spelled` (the node kept: ids stay unique).
+_spellings: dict[tuple, tuple] = {}
+_SPELLINGS = 65536
 
 
 def _plugin(record) -> dict:
