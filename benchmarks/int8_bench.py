@@ -84,9 +84,12 @@ def main() -> int:
     parser.add_argument("--variants", default="fp16,int8,int8_fp16,int8_budget",
                         help="builds of each model, of fp16, int8, int8_fp16, int8_budget")
     parser.add_argument("--profile", action="store_true", help="also record each plan's per-layer profile")
+    parser.add_argument("--work", default="", help="a folder kept between runs (plans, kernel cache): a plan built "
+                        "there before is reused, so a long run can go on in a second call")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="plugrt-int8-")
+    work = args.work or tempfile.mkdtemp(prefix="plugrt-int8-")
+    os.makedirs(work, exist_ok=True)
     cache = os.path.join(work, "kernel-cache")
     names = args.models.split(",")
     report: dict = {}
@@ -115,7 +118,13 @@ def main() -> int:
             if label not in args.variants.split(","):
                 continue
             plan = os.path.join(work, f"{name}_{label}.plan")
-            entry[f"{label}_build"] = build(model, plan, cache, args.batch, ["--optimization-level", args.level] + flags)
+            record = plan + ".build.json"
+            if args.work and os.path.exists(plan) and os.path.exists(record):
+                entry[f"{label}_build"] = dict(json.load(open(record)), reused=True)
+            else:
+                entry[f"{label}_build"] = build(model, plan, cache, args.batch, ["--optimization-level", args.level] + flags)
+                with open(record, "w") as f:
+                    json.dump(entry[f"{label}_build"], f)
             if "failed" in entry[f"{label}_build"]:
                 save()
                 continue
