@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from plugrt.bindings import random_input
-from plugrt.device import simulated
+from plugrt.device import check_devices, current_device_id, identify, make_current, simulated
 from plugrt.errors import PlugrtError
 
 #: (warmup queries, minimum timed queries, minimum seconds): trtexec's counts on a GPU;
@@ -130,6 +130,12 @@ class BenchResult:
     #: the queries cycle through them. Empty for one set of shapes (``shapes``).
     mix: list = field(default_factory=list)
     mix_batches: list = field(default_factory=list)
+    #: Each device the contexts ran on (:func:`plugrt.device.identify`), with its timed
+    #: queries and inferences/s: ``streams`` contexts each (``run_benchmark(devices=)``).
+    devices: list = field(default_factory=list)
+    #: Kernels compiled while the benchmark ran (a plan carries its kernels: 0 expected on a
+    #: GPU of the architecture it was built on, whichever of them runs it).
+    kernels_compiled: int = 0
     latency_ms: list[float] = field(default_factory=list)
     compute_ms: list[float] = field(default_factory=list)
     enqueue_ms: list[float] = field(default_factory=list)
@@ -160,7 +166,7 @@ class BenchResult:
                          "use_cuda_graph": self.use_cuda_graph, "data_transfers": self.data_transfers},
             "timing": self.timing, "simulator": self.timing == HOST_TIMING,
             "queries": self.queries, "queries_per_stream": list(self.queries_per_stream), "threads": self.threads,
-            "walltime_s": self.walltime_s,
+            "walltime_s": self.walltime_s, "devices": list(self.devices), "kernels_compiled": self.kernels_compiled,
             "throughput": {"queries_per_s": self.queries_per_s, "inferences_per_s": self.inferences_per_s,
                            "batch": self.batch},
             "latency_ms": statistics(self.latency_ms), "gpu_compute_ms": statistics(self.compute_ms),
@@ -173,32 +179,52 @@ def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: 
                   iterations: int | None = None, duration: float | None = None, streams: int = 1,
                   use_cuda_graph: bool = True, data_transfers: bool = True, seed: int = 0,
                   progress: Callable[[str], None] | None = None, profile: int = 0,
-                  mix: list | None = None) -> BenchResult:
+                  mix: list | None = None, devices: list[int] | None = None) -> BenchResult:
     """Measure ``engine`` at ``shapes`` (default: the opt shapes) as the module doc says;
     ``None`` settings take :func:`default_settings`. ``progress`` is called now and then
     with one line of text, from the calling thread. ``mix``: several sets of shapes
     instead, each stream's queries cycling through them (each set's first query
-    specializes the context and captures its graph, untimed)."""
+    specializes the context and captures its graph, untimed). ``devices``: GPUs to run
+    on at once (data parallel), ``streams`` contexts on each, the engine's weights
+    uploaded to each; default: the current device."""
+    from plugrt import binaries
+
     defaults = default_settings()
     warmup = defaults[0] if warmup is None else warmup
     iterations = defaults[1] if iterations is None else iterations
     duration = defaults[2] if duration is None else duration
-    _check_settings(warmup, iterations, duration, streams)
+    home = current_device_id()
+    devices = check_devices(list(devices)) if devices is not None else [home]
+    _check_settings(warmup, iterations, duration, streams * len(devices))
     sets = [resolve_shapes(engine, s, profile=profile) for s in (mix or [shapes])]
     feeds = [random_feeds(engine, s, seed + k, profile) for k, s in enumerate(sets)]
     batches = [int(s[engine.input_names[0]][0]) if engine.input_names and s[engine.input_names[0]] else 1
                for s in sets]
     shapes, batch = sets[0], batches[0]
+    compiled = binaries.stats()["compiled"]
     with ExitStack() as stack:
-        runners = [_StreamRunner(stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph,
-                                                                                     profile=profile)),
-                                 feeds, data_transfers) for _ in range(streams)]
+        runners = []
+        try:
+            for device in devices:
+                make_current(device)  # the contexts' arenas, streams and weights on this device
+                for _ in range(streams):
+                    context = stack.enter_context(engine.create_execution_context(use_cuda_graph=use_cuda_graph,
+                                                                                  profile=profile))
+                    runners.append(_StreamRunner(context, feeds, data_transfers))
+        finally:
+            make_current(home)
         walltime = _run_threads(runners, warmup + len(sets) - 1, iterations, duration,
                                 progress or (lambda text: None))
     result = BenchResult(shapes, batch, streams, warmup, iterations, float(duration), use_cuda_graph, data_transfers,
                          HOST_TIMING if simulated() else EVENT_TIMING, walltime,
                          [len(r.samples) for r in runners], len({r.thread for r in runners if r.samples}),
                          sets if len(sets) > 1 else [], batches if len(sets) > 1 else [])
+    result.kernels_compiled = binaries.stats()["compiled"] - compiled
+    mean_batch = sum(batches) / len(batches)
+    for device in devices:
+        queries = sum(len(r.samples) for r in runners if r.context.device_id == device)
+        result.devices.append({**identify(device), "contexts": streams, "queries": queries,
+                               "inferences_per_s": mean_batch * queries / walltime if walltime > 0 else 0.0})
     for runner in runners:
         for latency, h2d, compute, d2h, enqueue, host in runner.samples:
             result.latency_ms.append(latency)
@@ -216,7 +242,8 @@ def _check_settings(warmup, iterations, duration, streams) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise PlugrtError(f"bench {name} must be a whole number >= {low}, got {value!r}")
     if streams > MAX_STREAMS:
-        raise PlugrtError(f"bench streams: at most {MAX_STREAMS} contexts run at once, got {streams}")
+        raise PlugrtError(f"bench streams: at most {MAX_STREAMS} contexts run at once (streams x devices), got "
+                          f"{streams}")
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 <= duration < float("inf"):
         raise PlugrtError(f"bench duration must be a finite number of seconds >= 0, got {duration!r}")
 
@@ -306,10 +333,7 @@ def _run_threads(runners: list[_StreamRunner], warmup: int, iterations: int, dur
     def work(runner: _StreamRunner) -> None:
         runner.thread = threading.get_ident()
         try:
-            if not simulated():
-                from numba import cuda
-
-                cuda.current_context()  # make the device's context current in this thread
+            make_current(runner.context.device_id)  # the context's device, current in this thread
             for _ in range(1 + warmup):
                 runner.query()
             barrier.wait()

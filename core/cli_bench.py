@@ -45,6 +45,10 @@ def add_bench_command(commands) -> None:
     bench.add_argument("--streams", metavar="N", default="1",
                        help="N execution contexts, one thread and CUDA stream each, run concurrently; throughput "
                             "is their total (default 1)")
+    bench.add_argument("--devices", metavar="ID,ID,..",
+                       help="run on these GPUs at once (data parallel): the plan loaded once, its weights uploaded "
+                            "to each, --streams contexts on each; throughput is their total, and each device's "
+                            "name, PCI bus id and share are reported (default: the current device)")
     bench.add_argument("--no-cuda-graph", action="store_true", help="launch kernels directly, no CUDA graph replay")
     bench.add_argument("--no-data-transfers", action="store_true",
                        help="inputs copied in once from device arrays, outputs left on the device: time the compute")
@@ -78,6 +82,9 @@ def cmd_bench(args) -> int:
                 "duration": _seconds(args.duration, "--duration"), "streams": _count(args.streams, "--streams", 1)}
     mix = [parse_shapes(part, "--shapes") for part in args.shapes.split(";")]
     shapes = mix[0]
+    devices = _devices(args.devices) if args.devices is not None else None
+    if devices is not None and args.server is not None:
+        raise PlugrtError("--devices and --server: a load test runs the plan on the server's GPUs; leave --devices out")
     announce_once()
     engine = _engine(args, is_plan, shapes)
     mix = [resolve_shapes(engine, one, "--shapes", args.profile) for one in mix]
@@ -88,11 +95,12 @@ def cmd_bench(args) -> int:
     try:
         result = run_benchmark(engine, shapes, use_cuda_graph=not args.no_cuda_graph,
                                data_transfers=not args.no_data_transfers, progress=progress.show,
-                               profile=args.profile, mix=mix if len(mix) > 1 else None, **settings)
+                               profile=args.profile, mix=mix if len(mix) > 1 else None, devices=devices, **settings)
     finally:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
     report["settings"]["profile"] = args.profile
+    report["settings"]["devices_given"] = devices is not None
     print_report(args.target, report)
     if args.dump_profile:
         from plugrt.bench import random_feeds
@@ -123,6 +131,8 @@ def _load_test(args, engine, shapes: dict, settings: dict) -> int:
     print("latency  " + "  ".join(f"{k} {latency[k]:.3f}" for k in ("mean", "p50", "p90", "p99", "max")) + " ms")
     print(f"responses checked against the plan run here: {report['requests'] - report['failed']} right, "
           f"{report['failed']} wrong{': ' + report['first_failure'] if report['failed'] else ''}")
+    for by, count in report.get("served_by", {}).items():
+        print(f"answered by {by}: {count} responses")
     if args.json is not None:
         write_atomically(args.json, (json.dumps(report, indent=2) + "\n").encode())
     if report["failed"] or not report["requests"]:
@@ -163,6 +173,23 @@ def _engine(args, is_plan: bool, shapes: dict):
             raise PlugrtError(f"--shapes {name}:{'x'.join(map(str, shape))}: input {name!r} of the model has shape "
                               f"{list(model_shape)}; give a shape of that rank with its fixed dims")
     return build_engine(args, graph, shapes)
+
+
+def _devices(text: str) -> list[int]:
+    """``--devices 0,1``: the ids, checked against the GPUs this process sees."""
+    from plugrt.device import check_devices
+
+    ids = []
+    for part in text.split(","):
+        try:
+            ids.append(int(part.strip()))
+        except ValueError:
+            raise PlugrtError(f"--devices {text!r}: {part.strip()!r} is not a device id; give ids separated by "
+                              "commas, e.g. --devices 0,1") from None
+    try:
+        return check_devices(ids)
+    except PlugrtError as exc:
+        raise PlugrtError(f"--devices {text}: {exc}") from None
 
 
 def _count(text: str | None, flag: str, low: int) -> int | None:
@@ -209,6 +236,13 @@ def print_report(target: str, report: dict) -> None:
     print(f"throughput: {throughput['queries_per_s']:.2f} queries/s, {throughput['inferences_per_s']:.2f} inferences/s "
           f"(batch {throughput['batch']} = dim 0 of the first input{', the first set' if settings.get('mix') else ''}"
           f"{'; inferences count each set' + chr(39) + 's own' if settings.get('mix') else ''}, x queries / wall s)")
+    devices = report.get("devices") or []
+    if len(devices) > 1 or settings.get("devices_given"):
+        for device in devices:
+            print(f"device {device['id']} ({device['name']}, PCI {device['pci_bus_id']}): {device['contexts']} "
+                  f"context(s), {device['queries']} queries, {device['inferences_per_s']:.2f} inferences/s")
+    if not report.get("simulator", False):
+        print(f"kernels compiled while running: {report.get('kernels_compiled', 0)}")
     for label, key, note in _ROWS:
         stats = report[key]
         if key == "latency_ms" and not settings["data_transfers"]:

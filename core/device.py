@@ -83,3 +83,72 @@ def describe() -> dict:
     device = cuda.get_current_device()
     name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
     return {"name": name, "compute_capability": list(device.compute_capability), "simulator": False}
+
+
+# --------------------------------------------------------------------------- several GPUs
+
+
+def device_count() -> int:
+    """How many GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 1 in the simulator."""
+    if simulated():
+        return 1
+    from numba import cuda
+
+    return len(cuda.gpus)
+
+
+def current_device_id() -> int:
+    """The id of the device current in the calling thread (0 in the simulator)."""
+    if simulated():
+        return 0
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)
+
+
+def check_devices(devices) -> list[int]:
+    """``devices`` as a list of distinct device ids this process sees, or a
+    :class:`PlugrtError` naming the one at fault."""
+    from plugrt.errors import PlugrtError
+
+    found, count = [], device_count()
+    for device in devices:
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise PlugrtError(f"device {device!r}: a device is a whole number >= 0 (as nvidia-smi numbers them)")
+        if device >= count:
+            seen = "the CUDA simulator's one device (0)" if simulated() else f"{count} GPU(s), 0 to {count - 1}"
+            raise PlugrtError(f"device {device}: this process sees {seen}; name one of those (CUDA_VISIBLE_DEVICES "
+                              "decides which GPUs a process sees)")
+        if device in found:
+            raise PlugrtError(f"device {device} is listed twice; list each device once (--streams gives a device "
+                              "several contexts)")
+        found.append(device)
+    if not found:
+        raise PlugrtError("no device listed; name at least one, e.g. 0")
+    return found
+
+
+def make_current(device_id: int) -> None:
+    """Make device ``device_id``'s primary CUDA context (Numba's) current in the calling
+    thread, so that what the thread allocates and launches next goes to that device."""
+    if simulated():
+        return
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import driver
+
+    context = cuda.gpus[int(device_id)].get_primary_context()
+    driver.cuCtxSetCurrent(context.handle)
+    context.prepare_for_use()
+
+
+def identify(device_id: int | None = None) -> dict:
+    """Which GPU a device id is: its id, name and PCI bus id (what nvidia-smi shows), so a
+    report can confirm where each context or replica ran."""
+    if simulated():
+        return {"id": 0, "name": "Numba CUDA simulator", "pci_bus_id": None}
+    from numba import cuda
+
+    device = cuda.gpus[current_device_id() if device_id is None else int(device_id)]
+    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+    bus = f"{device.PCI_DOMAIN_ID:04x}:{device.PCI_BUS_ID:02x}:{device.PCI_DEVICE_ID:02x}.0"
+    return {"id": int(device.id), "name": name, "pci_bus_id": bus}

@@ -258,3 +258,87 @@ def test_profile_layers_from_python(files):
     assert all(len(row.times_ms) == 2 and row.median_ms > 0 for row in rows)
     with pytest.raises(PlugrtError, match="profile runs"):
         profile_layers(engine, random_feeds(engine), runs=0)
+
+
+# --------------------------------------------------------------------------- several GPUs (issue 21)
+
+
+def test_run_benchmark_on_listed_devices_reports_each(files):
+    """``devices``: streams contexts on each listed device; each device's identity and share
+    of the queries is reported (the simulator has one device, 0)."""
+    engine = Engine.load(str(files / "dyn.plan"))
+    result = run_benchmark(engine, {"x": (3, 3)}, warmup=0, iterations=2, duration=0, streams=2, devices=[0])
+    assert len(result.devices) == 1 and result.devices[0]["id"] == 0 and result.devices[0]["contexts"] == 2
+    assert result.devices[0]["queries"] == result.queries == 4
+    assert result.devices[0]["inferences_per_s"] == pytest.approx(result.inferences_per_s)
+    report = result.as_json()
+    assert report["devices"] == result.devices and isinstance(report["kernels_compiled"], int)
+
+
+@pytest.mark.parametrize("devices, words", [
+    ([0, 1], ["device 1", "sees"]), ([0, 0], ["device 0 is listed twice"]), ([], ["no device"]),
+    ([-1], ["device -1", ">= 0"]), ([True], ["device True"]),
+])
+def test_run_benchmark_refuses_devices_it_cannot_use(files, devices, words):
+    engine = Engine.load(str(files / "dyn.plan"))
+    with pytest.raises(PlugrtError) as error:
+        run_benchmark(engine, warmup=0, iterations=1, duration=0, devices=devices)
+    assert all(word in str(error.value) for word in words), str(error.value)
+
+
+def test_bench_devices_on_the_command_line(files, tmp_path, capsys):
+    report, out = bench_json([str(files / "dyn.plan"), "--devices", "0", "--streams", "2", *FAST], tmp_path, capsys)
+    assert [d["id"] for d in report["devices"]] == [0] and report["devices"][0]["queries"] == report["queries"]
+    assert "device 0 (" in out and "2 context(s)" in out
+    for argv, words in ((["--devices", "0,x"], ["--devices '0,x'", "'x'", "not a device id"]),
+                        (["--devices", "0,1"], ["--devices 0,1", "device 1", "CUDA_VISIBLE_DEVICES"]),
+                        (["--devices", "0", "--server", "http://127.0.0.1:1"], ["--devices and --server"])):
+        code = main(["bench", str(files / "dyn.plan"), *argv, "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and all(word in err for word in words) and "Traceback" not in err, (argv, err)
+
+
+def test_an_engine_uploads_its_weights_once_per_device(monkeypatch, rng):
+    """A context belongs to the device current where it is made: another device gets its
+    own copy of the weights, the same device shares one."""
+    import plugrt.device
+
+    w = rng.standard_normal((3, 3)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              [numpy_helper.from_array(w, "w")])
+    from plugrt.engine import Builder, BuilderConfig
+
+    engine = Builder().build_engine(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                    BuilderConfig(progress=False))
+    first = engine.device_weights()
+    monkeypatch.setattr(plugrt.device, "current_device_id", lambda: 1)
+    other = engine.device_weights()
+    assert other is not first and other is engine.device_weights()
+    np.testing.assert_array_equal(other["w"].copy_to_host(), first["w"].copy_to_host())
+    monkeypatch.setattr(plugrt.device, "current_device_id", lambda: 0)
+    assert engine.device_weights() is first
+
+
+def test_a_context_makes_its_device_current_in_every_calling_thread(monkeypatch):
+    """Where the process sees several GPUs, every call makes the context's device current
+    in the calling thread (the thread may have moved to another device in between); with
+    one GPU only the first call of a thread touches the driver."""
+    from plugrt.engine import context as context_module
+
+    calls = []
+    monkeypatch.setattr(context_module, "simulated", lambda: False)
+    monkeypatch.setattr(context_module, "make_current", calls.append)
+    for count, device, expected in ((2, 1, [1, 1]), (2, 0, [0, 0]), (1, 0, [])):
+        monkeypatch.setattr(context_module, "device_count", lambda count=count: count)
+        calls.clear()
+
+        def twice():
+            context_module._cuda_context_current(device)
+            context_module._cuda_context_current(device)
+
+        thread = threading.Thread(target=twice)
+        thread.start()
+        thread.join()
+        assert calls == expected, (count, device, calls)

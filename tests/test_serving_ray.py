@@ -55,6 +55,7 @@ def test_a_plan_behind_ray_serve(tmp_path):
         with urllib.request.urlopen(f"{base}/v2/models/tiny/stats", timeout=30) as response:
             stats = json.loads(response.read())["model_stats"][0]
         assert stats["inference_count"] >= 16 and stats["execution_count"] < stats["inference_count"], stats
+        assert stats["served_by"].startswith("pid=") and stats["device"]["id"] == 0, stats  # (the replica's GPU)
 
         status, body = post(f"{base}/v2/models/tiny/infer",
                             {"inputs": [{"name": "x", "shape": [2, 5], "datatype": "FP32", "data": [0.5] * 10}]})
@@ -71,6 +72,7 @@ def test_a_plan_behind_ray_serve(tmp_path):
                                "--duration", "2", "--iterations", "12"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert "12 right, 0 wrong" in done.stdout, done.stdout
+        assert f"answered by {stats['served_by']}: 12 responses" in done.stdout, done.stdout
         client.close()
     finally:
         left = end_session(process, process.pid)

@@ -25,7 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from plugrt.bindings import check_inputs
-from plugrt.device import simulated
+from plugrt.device import current_device_id, device_count, make_current, simulated
 from plugrt.engine import buckets
 from plugrt.engine import outputs as outputs_
 from plugrt.engine.feeds import Conversions, as_bindable, as_device, host_values
@@ -53,6 +53,9 @@ class ExecutionContext:
         from numba import cuda
 
         self.engine = engine
+        #: The device the context belongs to: the one current where it was made. Every call
+        #: makes it current in the calling thread (:func:`plugrt.device.make_current`).
+        self.device_id = current_device_id()
         self.profile_index = _profile_index(engine, profile)
         self.batch_buckets = buckets.check_buckets(engine, self.profile_index, batch_buckets or ())  # (execute pads)
         self.use_cuda_graph = bool(use_cuda_graph) and not simulated()
@@ -261,7 +264,7 @@ class ExecutionContext:
     # ------------------------------------------------------------------ threads and lifetime
 
     def _using(self):
-        _cuda_context_current()
+        _cuda_context_current(self.device_id)
         if self._closed:
             raise PlugrtError("this execution context is closed; create another with "
                               "engine.create_execution_context()")
@@ -408,14 +411,22 @@ class ExecutionContext:
 _thread_state = threading.local()
 
 
-def _cuda_context_current() -> None:
-    """Raw driver calls need the CUDA context current on the calling thread: a request
-    thread's first call makes it so (through Numba, which runs on the primary context)."""
-    if not getattr(_thread_state, "ready", False):
+def _cuda_context_current(device_id: int) -> None:
+    """Raw driver calls need the context's device current on the calling thread: a request
+    thread's first call makes it so (Numba's primary context). Where the process sees
+    several GPUs, every call makes it so (one driver call): the thread may have moved to
+    another device since, through another context or the caller's own code."""
+    if not getattr(_thread_state, "ready", False) or _thread_state.several:
         if not simulated():
-            from numba import cuda
+            _thread_state.several = device_count() > 1
+            if _thread_state.several or device_id != 0:
+                make_current(device_id)
+            else:
+                from numba import cuda
 
-            cuda.current_context()
+                cuda.current_context()
+        else:
+            _thread_state.several = False
         _thread_state.ready = True
 
 

@@ -117,7 +117,7 @@ class Engine:
         #: (:meth:`plugrt.engine.precision.PrecisionReport.as_json`); ``None``: every layer
         #: as the model typed it.
         self.precision = precision
-        self._weights = None
+        self._weights: dict[int, dict] = {}  # device id -> {initializer name: device array}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ bindings
@@ -135,20 +135,24 @@ class Engine:
         return sum(int(a.nbytes) for a in self.graph.initializers().values())
 
     def device_weights(self) -> dict:
-        """The initializers on the GPU, uploaded once and shared by every context."""
+        """The initializers on the current device, uploaded once per device and shared by
+        every context there (a context belongs to the device current where it was made)."""
+        from plugrt.device import current_device_id
+
+        device = current_device_id()
         with self._lock:
-            if self._weights is None:
+            if device not in self._weights:
                 from numba import cuda
 
-                self._weights = {name: cuda.to_device(np.ascontiguousarray(array))
-                                 for name, array in self.graph.initializers().items() if array.size}
-            return self._weights
+                self._weights[device] = {name: cuda.to_device(np.ascontiguousarray(array))
+                                         for name, array in self.graph.initializers().items() if array.size}
+            return self._weights[device]
 
     def close(self) -> None:
         """Drop the engine's device weights (contexts made before keep theirs alive until
         they close; a context made after uploads them again)."""
         with self._lock:
-            self._weights = None
+            self._weights = {}
 
     def __enter__(self) -> "Engine":
         return self

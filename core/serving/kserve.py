@@ -22,6 +22,9 @@ import numpy as np
 
 from plugrt.errors import PlugrtError
 
+#: The response header a ``plugrt serve`` replica names itself in (process, device, PCI bus
+#: id: :func:`plugrt.serving.ray.served_by`); the load test counts responses by it.
+SERVED_BY = "Plugrt-Served-By"
 #: v2 datatype names <-> NumPy dtypes.
 DATATYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
              "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
@@ -202,5 +205,5 @@ def _range_shape(engine, name: str) -> list[int]:
     return [a if a == c else -1 for a, c in zip(low, high)]
 
 
-__all__ = ["DATATYPES", "RequestError", "datatype", "parse", "decode_request", "binary_outputs", "encode_response",
+__all__ = ["DATATYPES", "SERVED_BY", "RequestError", "datatype", "parse", "decode_request", "binary_outputs", "encode_response",
            "encode_request", "decode_response", "metadata"]

@@ -39,6 +39,7 @@ def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], con
     path = f"/v2/models/{model}/infer"
     latencies: list[float] = []
     failures: list[str] = []
+    served: dict[str, int] = {}
     budget = [int(max_requests)]
     lock = threading.Lock()
     deadline = time.perf_counter() + float(duration)
@@ -55,10 +56,12 @@ def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], con
                 which = k % len(bodies)
                 k += 1
                 started = time.perf_counter()
-                problem = _one(connection, path, bodies[which], expected[which])
+                problem, by = _one(connection, path, bodies[which], expected[which])
                 elapsed = (time.perf_counter() - started) * 1e3
                 with lock:
                     latencies.append(elapsed)
+                    if by is not None:
+                        served[by] = served.get(by, 0) + 1
                     if problem:
                         failures.append(problem)
                 if problem and "connection" in problem:
@@ -78,13 +81,15 @@ def load_test(url: str, model: str, feeds: list[dict], expected: list[dict], con
     return {"url": url, "model": model, "concurrency": int(concurrency), "binary": bool(binary), "seconds": round(wall, 3),
             "requests": len(latencies), "failed": len(failures), "first_failure": failures[0] if failures else None,
             "throughput_rps": len(latencies) / wall if wall > 0 else 0.0,
+            "served_by": dict(sorted(served.items())),
             "latency_ms": {"mean": float(ordered.mean()), "p50": float(np.percentile(ordered, 50)),
                            "p90": float(np.percentile(ordered, 90)), "p99": float(np.percentile(ordered, 99)),
                            "max": float(ordered.max())}}
 
 
-def _one(connection, path: str, request: tuple[bytes, int | None], expected: dict) -> str | None:
-    """Send one request; what is wrong with its answer, or ``None``."""
+def _one(connection, path: str, request: tuple[bytes, int | None], expected: dict) -> tuple[str | None, str | None]:
+    """Send one request: what is wrong with its answer (or ``None``), and the replica that
+    answered where the server says (``plugrt serve``'s :data:`plugrt.serving.kserve.SERVED_BY` header)."""
     body, length = request
     headers = {"Content-Type": "application/json" if length is None else "application/octet-stream"}
     if length is not None:
@@ -94,23 +99,24 @@ def _one(connection, path: str, request: tuple[bytes, int | None], expected: dic
         response = connection.getresponse()
         data = response.read()
     except (OSError, http.client.HTTPException) as exc:
-        return f"connection: {type(exc).__name__}: {exc}"
+        return f"connection: {type(exc).__name__}: {exc}", None
+    by = response.getheader(kserve.SERVED_BY)
     if response.status != 200:
-        return f"HTTP {response.status}: {data[:300].decode('utf-8', 'replace')}"
+        return f"HTTP {response.status}: {data[:300].decode('utf-8', 'replace')}", by
     try:
         outputs = kserve.decode_response(data, response.getheader("Inference-Header-Content-Length"))
     except (ValueError, KeyError, TypeError, kserve.RequestError) as exc:
-        return f"not a v2 response ({type(exc).__name__}: {exc})"
+        return f"not a v2 response ({type(exc).__name__}: {exc})", by
     for name, want in expected.items():
         got = outputs.get(name)
         if got is None or got.shape != want.shape or got.dtype != want.dtype:
             return (f"output {name!r}: {None if got is None else f'{got.dtype}{list(got.shape)}'}, "
-                    f"expected {want.dtype}{list(want.shape)}")
+                    f"expected {want.dtype}{list(want.shape)}"), by
         scale = float(np.max(np.abs(want.astype(np.float64)), initial=0.0))
         error = float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0))
         if not error <= TOLERANCE * scale + 1e-6:
-            return f"output {name!r}: off by {error:.3g} (largest value {scale:.3g})"
-    return None
+            return f"output {name!r}: off by {error:.3g} (largest value {scale:.3g})", by
+    return None, by
 
 
 def reference_inputs(engine, shapes: dict, profile: int = 0) -> tuple[list[dict], list[dict]]:

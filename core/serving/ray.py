@@ -42,6 +42,7 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
                       max_ongoing_requests=max(2 * int(max_batch_size), 8))
     class PlanReplica:
         def __init__(self):
+            from plugrt.device import identify
             from plugrt.engine import Engine
             from plugrt.serving.batching import Batcher
             from plugrt.serving import kserve
@@ -53,6 +54,10 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
             self.inputs = {n: (self.engine.graph.info(n).dtype, len(self.engine.graph.info(n).shape))
                            for n in self.engine.graph.inputs}
             self.metadata = kserve.metadata(name, self.engine)
+            #: Where this replica runs (each replica sees the GPU Ray gave it as device 0:
+            #: the PCI bus id tells them apart), sent with every response.
+            self.device = identify()
+            self.served_by = served_by(self.device)
 
         async def __call__(self, request):
             path, method = request.url.path.rstrip("/"), request.method
@@ -62,7 +67,8 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
             if method == "GET" and path in (model, f"{model}/versions/1"):
                 return JSONResponse(self.metadata)
             if method == "GET" and path == f"{model}/stats":
-                return JSONResponse({"model_stats": [{"name": name, "version": "1", **self.batcher.stats.as_json()}]})
+                return JSONResponse({"model_stats": [{"name": name, "version": "1", **self.batcher.stats.as_json(),
+                                                      "served_by": self.served_by, "device": self.device}]})
             if method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
                 return await self._infer(request)
             return JSONResponse({"error": f"no route {method} {path}; this server serves model {name!r} under "
@@ -85,7 +91,9 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
                                                               self.kserve.binary_outputs(body))
             except self.kserve.RequestError as exc:
                 return JSONResponse({"error": f"model {name!r}: {exc}"}, status_code=400)
-            headers = {"Inference-Header-Content-Length": str(length)} if length is not None else None
+            headers = {self.kserve.SERVED_BY: self.served_by}
+            if length is not None:
+                headers["Inference-Header-Content-Length"] = str(length)
             media = "application/octet-stream" if length is not None else "application/json"
             return Response(payload, media_type=media, headers=headers)
 
@@ -94,6 +102,11 @@ def deployment(plan: str, name: str | None = None, replicas: int = 1, gpus_per_r
             return await asyncio.to_thread(self.batcher.run, requests)
 
     return PlanReplica.bind()
+
+
+def served_by(device: dict) -> str:
+    """``pid=P device=D pci=BUS`` for a replica process on ``device`` (:func:`plugrt.device.identify`)."""
+    return f"pid={os.getpid()} device={device['id']} pci={device['pci_bus_id']}"
 
 
 def serve_forever(plan: str, name: str | None, replicas: int, gpus_per_replica: float, max_batch_size: int,
@@ -126,4 +139,4 @@ def serve_forever(plan: str, name: str | None, replicas: int, gpus_per_replica: 
             ray.shutdown()
 
 
-__all__ = ["deployment", "serve_forever"]
+__all__ = ["deployment", "serve_forever", "served_by"]
