@@ -13,7 +13,12 @@ each load-tested by ``plugrt bench --server`` with ``--clients`` concurrent clie
 one image per request in Triton's binary tensor format for ``--seconds``: requests/s (=
 images/s), p50/p99 latency, and every response checked against the plan run in process.
 
-    python3 benchmarks/serving_bench.py --out DIR [--clients 64] [--seconds 30]
+    python3 benchmarks/serving_bench.py --out DIR [--clients 64] [--seconds 30] [--gpus N]
+
+With ``--gpus N`` (issue 21, on a machine of N GPUs) the plan also runs in process on all N
+at once (``plugrt bench --devices 0,..``) beside one, and Ray Serve runs N replicas of one
+GPU each: the scaling of throughput, and which GPU answered (each replica names its
+process and PCI bus id in a response header, counted by the load test).
 """
 
 from __future__ import annotations
@@ -115,6 +120,15 @@ def run_triton(plan: str, work: str, args) -> dict:
         stop(process)
 
 
+def in_process(plan: str, out: str, label: str, devices: str) -> dict:
+    """``plugrt bench`` of the plan at batch 32 on ``devices`` (two contexts on each)."""
+    report = os.path.join(out, f"serving_inprocess_{label}.json")
+    done = subprocess.run([sys.executable, "-m", "plugrt", "bench", plan, "--shapes", "input:32x3x224x224",
+                           "--duration", "10", "--streams", "2", "--devices", devices, "--json", report, "--force",
+                           "--no-progress"], capture_output=True, text=True)
+    return json.load(open(report)) if not done.returncode else {"failed": done.stderr[-1500:]}
+
+
 def run_ray(plan: str, args) -> dict:
     import importlib.util
 
@@ -122,7 +136,7 @@ def run_ray(plan: str, args) -> dict:
         return {"skipped": "Ray is not installed here"}
     http = port()
     process = subprocess.Popen([sys.executable, "-m", "plugrt", "serve", plan, "--name", "resnet50", "--port", str(http),
-                                "--gpus-per-replica", "1", "--max-batch-size", "32", "--batch-wait-ms", "2"],
+                                "--replicas", str(args.gpus), "--gpus-per-replica", "1", "--max-batch-size", "32", "--batch-wait-ms", "2"],
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
     try:
@@ -140,6 +154,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--servers", default="triton,ray")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread over (in process and Ray replicas)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-serving-")
@@ -148,12 +163,9 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--fp16", "--no-progress",
                     "--optimization-level", "2", "--min-shapes", "input:1x3x224x224", "--opt-shapes",
                     "input:32x3x224x224", "--max-shapes", "input:32x3x224x224"], check=True)
-    report = {}
-    done = subprocess.run([sys.executable, "-m", "plugrt", "bench", plan, "--shapes", "input:32x3x224x224",
-                           "--duration", "10", "--json", os.path.join(args.out, "serving_inprocess.json"), "--force"],
-                          capture_output=True, text=True)
-    report["in_process"] = json.load(open(os.path.join(args.out, "serving_inprocess.json"))) if not done.returncode \
-        else {"failed": done.stderr[-1500:]}
+    report = {"in_process": in_process(plan, args.out, "1gpu", "0")}
+    if args.gpus > 1:
+        report["in_process_all"] = in_process(plan, args.out, f"{args.gpus}gpu", ",".join(map(str, range(args.gpus))))
     if "triton" in args.servers:
         report["triton"] = run_triton(plan, work, args)
     if "ray" in args.servers:
@@ -161,10 +173,17 @@ def main() -> int:
     with open(os.path.join(args.out, "serving_bench.json"), "w") as f:
         json.dump(report, f, indent=2)
     print(f"\n== ResNet-50 FP16 served ({args.clients} clients, 1 image a request) ==")
-    inner = report["in_process"]
-    if "failed" not in inner:
-        print(f"in process (batch 32): {inner['throughput']['inferences_per_s']:.0f} images/s, "
-              f"median latency {inner['latency_ms']['median']:.3f} ms")
+    for key in ("in_process", "in_process_all"):
+        inner = report.get(key)
+        if inner is None or "failed" in inner:
+            print(f"{key}: {inner}")
+            continue
+        print(f"{key} (batch 32, devices {[d['id'] for d in inner['devices']]}): "
+              f"{inner['throughput']['inferences_per_s']:.0f} images/s, median latency "
+              f"{inner['latency_ms']['median']:.3f} ms, p99 {inner['latency_ms']['p99']:.3f} ms; " +
+              "; ".join(f"GPU {d['id']} {d['pci_bus_id']} {d['inferences_per_s']:.0f}/s" for d in inner["devices"]))
+    if "throughput" in report.get("in_process_all", {}) and "throughput" in report["in_process"]:
+        print(f"scaling on {args.gpus} GPUs: {report['in_process_all']['throughput']['inferences_per_s'] / report['in_process']['throughput']['inferences_per_s']:.2f}x one")
     for label in ("triton", "ray"):
         entry = report.get(label)
         if entry is None:
@@ -172,7 +191,7 @@ def main() -> int:
         if "requests" in entry:
             lat = entry["latency_ms"]
             print(f"{label}: {entry['throughput_rps']:.0f} images/s, p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
-                  f"{entry['failed']} wrong of {entry['requests']}")
+                  f"{entry['failed']} wrong of {entry['requests']}; answered by {entry.get('served_by') or '-'}")
         else:
             print(f"{label}: {entry}")
     return 0
