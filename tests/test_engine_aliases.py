@@ -280,7 +280,7 @@ def test_the_layout_ops_say_they_alias(registry):
         node = Node("n", op_type, "", ("x",), ("y",), opset=17)
         assert registry.op(node).aliases(node, [x]) == 0
     for op_type in ("Relu", "Transpose", "Expand"):
-        node = Node("n", op_type, "", ("x",), ("y",), opset=17)
+        node = Node("n", op_type, "", ("x",), ("y",), {"perm": None} if op_type == "Transpose" else {}, opset=17)
         assert registry.op(node).aliases(node, [x]) is None
 
 
@@ -306,3 +306,32 @@ def test_a_plugin_that_lies_about_aliasing_is_named(engine, registry, answer, me
     graph.values["y"].info = TensorInfo(np.dtype(np.float32), (1, 6))  # 6 elements where yo has 12
     with pytest.raises(PluginError, match=message):
         alias_rules.asked(graph, _Lying(answer), node)
+
+
+@pytest.mark.parametrize("shape, perm, aliased", [
+    ((2, 1, 1, 5), (0, 3, 1, 2), True),   # channels-last global pooling back to NCHW
+    ((2, 1, 4, 5), (0, 2, 1, 3), True),   # a unit axis moved past another
+    ((2, 2, 1, 5), (0, 3, 1, 2), False),  # 5 moves ahead of 2: a real transpose
+    ((2, 3, 4, 5), (0, 1, 2, 3), True),   # (the identity: removed before, or an alias)
+])
+def test_a_transpose_moving_only_unit_axes_is_an_alias(rng, shape, perm, aliased):
+    """Relu -> Transpose -> Relu over a dynamic batch: where the permutation moves only axes
+    of size 1, the Transpose launches nothing, and the engine matches onnxruntime at every
+    batch of the profile."""
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu_in"),
+             helper.make_node("Transpose", ["h"], ["t"], perm=list(perm), name="transpose"),
+             helper.make_node("Relu", ["t"], ["y"], name="relu_out")]
+    graph = helper.make_graph(nodes, "transpose", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                 ["N", *shape[1:]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    config = BuilderConfig(progress=False)
+    config.disabled_passes = {"remove_noops"}
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, *shape[1:]), shape, (3, *shape[1:])))
+    built = Builder().build_engine(model, config)
+    layers = _layers(built)
+    assert (layers["transpose"]["alias"] == "h") is aliased, layers["transpose"]
+    context = built.create_execution_context()
+    for n in (1, 3):
+        x = rng.standard_normal((n, *shape[1:])).astype(np.float32)
+        np.testing.assert_array_equal(context.execute({"x": x})["y"], _onnxruntime(model, {"x": x})["y"])

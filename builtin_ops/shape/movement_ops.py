@@ -53,6 +53,15 @@ class Transpose(MoveOp):
     def forwards(self, node, inputs):
         return 0 if self._perm(node, inputs[0].rank) == list(range(inputs[0].rank)) else None
 
+    def aliases(self, node, inputs):
+        """Input 0 where the permutation moves only axes of size 1 relative to the others
+        (``[N, 1, 1, C] -> [N, C, 1, 1]`` after a channels-last global pooling): the same
+        elements in the same order. Decided at the profile's largest shapes, where a dim
+        of 1 is 0 or 1 at every smaller shape too."""
+        x = inputs[0]
+        moved = [axis for axis in self._perm(node, x.rank) if x.shape[axis] != 1]
+        return 0 if moved == sorted(moved) else None
+
     def reference(self, node, inputs):
         x = inputs[0]
         return [np.transpose(x, self._perm(node, x.ndim))]
