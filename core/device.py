@@ -136,6 +136,9 @@ def make_current(device_id: int) -> None:
     from numba import cuda
     from numba.cuda.cudadrv.driver import driver
 
+    if int(device_id) == 0 and len(cuda.gpus) == 1:
+        cuda.current_context()  # (one GPU: Numba's own way, pushing its primary context once per thread)
+        return
     context = cuda.gpus[int(device_id)].get_primary_context()
     driver.cuCtxSetCurrent(context.handle)
     context.prepare_for_use()

@@ -419,12 +419,7 @@ def _cuda_context_current(device_id: int) -> None:
     if not getattr(_thread_state, "ready", False) or _thread_state.several:
         if not simulated():
             _thread_state.several = device_count() > 1
-            if _thread_state.several or device_id != 0:
-                make_current(device_id)
-            else:
-                from numba import cuda
-
-                cuda.current_context()
+            make_current(device_id)
         else:
             _thread_state.several = False
         _thread_state.ready = True
