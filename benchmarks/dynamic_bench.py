@@ -149,7 +149,7 @@ def main() -> int:
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-dynamic-")
-    cache = os.path.join(work, "kernel-cache")
+    cache = os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") or os.path.join(work, "kernel-cache")  # (gpu_run.sh: one shared, kept)
     flags = ["--fp16"] if args.fp16 else []
     model = export(work)
     report: dict = {"precision": "fp16" if args.fp16 else "fp32/tf32"}

@@ -130,7 +130,7 @@ def main() -> int:
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-fp16-")
-    cache = os.path.join(work, "kernel-cache")
+    cache = os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") or os.path.join(work, "kernel-cache")  # (gpu_run.sh: one shared, kept)
     models = export_models(work, args.models.split(","))
     batches = [int(b) for b in args.batches.split(",")]
     report: dict = {}

@@ -90,7 +90,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="plugrt-int8-")
     os.makedirs(work, exist_ok=True)
-    cache = os.path.join(work, "kernel-cache")
+    cache = os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") or os.path.join(work, "kernel-cache")  # (gpu_run.sh: one shared, kept)
     names = args.models.split(",")
     report: dict = {}
 

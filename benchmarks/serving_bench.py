@@ -162,7 +162,9 @@ def main() -> int:
     plan = os.path.join(work, "resnet50.plan")
     subprocess.run([sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--fp16", "--no-progress",
                     "--optimization-level", "2", "--min-shapes", "input:1x3x224x224", "--opt-shapes",
-                    "input:32x3x224x224", "--max-shapes", "input:32x3x224x224"], check=True)
+                    "input:32x3x224x224", "--max-shapes", "input:32x3x224x224"], check=True,
+                   env=dict(os.environ, **({"PLUGRT_KERNEL_CACHE": os.environ["PLUGRT_BENCH_KERNEL_CACHE"]}
+                                           if os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") else {})))
     report = {"in_process": in_process(plan, args.out, "1gpu", "0")}
     if args.gpus > 1:
         report["in_process_all"] = in_process(plan, args.out, f"{args.gpus}gpu", ",".join(map(str, range(args.gpus))))

@@ -210,7 +210,7 @@ def main() -> int:
     names = args.models.split(",") if args.models else [*VISION, *TEXT]
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="plugrt-zoo-")
-    cache = os.path.join(work, "kernel-cache")
+    cache = os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") or os.path.join(work, "kernel-cache")  # (gpu_run.sh: one shared, kept)
     report: dict = {name: {"status": "not run"} for name in names}
     entries: dict = {}
 
