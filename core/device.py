@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 
 _SIM_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 _announced = False
@@ -155,3 +156,17 @@ def identify(device_id: int | None = None) -> dict:
     name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
     bus = f"{device.PCI_DOMAIN_ID:04x}:{device.PCI_BUS_ID:02x}:{device.PCI_DEVICE_ID:02x}.0"
     return {"id": int(device.id), "name": name, "pci_bus_id": bus}
+
+
+_thread_state = threading.local()
+
+
+def ensure_current(device_id: int) -> None:
+    """Raw driver calls need a context's device current on the calling thread: a thread's
+    first call makes it so. Where the process sees several GPUs, every call makes it so
+    (one driver call): the thread may have moved to another device since, through another
+    context or the caller's own code."""
+    if not getattr(_thread_state, "ready", False) or _thread_state.several:
+        _thread_state.several = not simulated() and device_count() > 1
+        make_current(device_id)
+        _thread_state.ready = True

@@ -325,18 +325,18 @@ def test_a_context_makes_its_device_current_in_every_calling_thread(monkeypatch)
     """Where the process sees several GPUs, every call makes the context's device current
     in the calling thread (the thread may have moved to another device in between); with
     one GPU only the first call of a thread does."""
-    from plugrt.engine import context as context_module
+    import plugrt.device
 
     calls = []
-    monkeypatch.setattr(context_module, "simulated", lambda: False)
-    monkeypatch.setattr(context_module, "make_current", calls.append)
+    monkeypatch.setattr(plugrt.device, "simulated", lambda: False)
+    monkeypatch.setattr(plugrt.device, "make_current", calls.append)
     for count, device, expected in ((2, 1, [1, 1]), (2, 0, [0, 0]), (1, 0, [0])):
-        monkeypatch.setattr(context_module, "device_count", lambda count=count: count)
+        monkeypatch.setattr(plugrt.device, "device_count", lambda count=count: count)
         calls.clear()
 
         def twice():
-            context_module._cuda_context_current(device)
-            context_module._cuda_context_current(device)
+            plugrt.device.ensure_current(device)
+            plugrt.device.ensure_current(device)
 
         thread = threading.Thread(target=twice)
         thread.start()

@@ -25,7 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from plugrt.bindings import check_inputs
-from plugrt.device import current_device_id, device_count, make_current, simulated
+from plugrt.device import current_device_id, ensure_current, simulated
 from plugrt.engine import buckets
 from plugrt.engine import outputs as outputs_
 from plugrt.engine.feeds import Conversions, as_bindable, as_device, host_values
@@ -264,7 +264,7 @@ class ExecutionContext:
     # ------------------------------------------------------------------ threads and lifetime
 
     def _using(self):
-        _cuda_context_current(self.device_id)
+        ensure_current(self.device_id)
         if self._closed:
             raise PlugrtError("this execution context is closed; create another with "
                               "engine.create_execution_context()")
@@ -407,22 +407,6 @@ class ExecutionContext:
             self._specs.move_to_end(key)
         return spec
 
-
-_thread_state = threading.local()
-
-
-def _cuda_context_current(device_id: int) -> None:
-    """Raw driver calls need the context's device current on the calling thread: a request
-    thread's first call makes it so (Numba's primary context). Where the process sees
-    several GPUs, every call makes it so (one driver call): the thread may have moved to
-    another device since, through another context or the caller's own code."""
-    if not getattr(_thread_state, "ready", False) or _thread_state.several:
-        if not simulated():
-            _thread_state.several = device_count() > 1
-            make_current(device_id)
-        else:
-            _thread_state.several = False
-        _thread_state.ready = True
 
 
 class _Release:

@@ -135,8 +135,7 @@ class Engine:
         return sum(int(a.nbytes) for a in self.graph.initializers().values())
 
     def device_weights(self) -> dict:
-        """The initializers on the current device, uploaded once per device and shared by
-        every context there (a context belongs to the device current where it was made)."""
+        """The initializers on the current device, uploaded once per device and shared by its contexts."""
         from plugrt.device import current_device_id
 
         device = current_device_id()
