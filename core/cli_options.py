@@ -59,6 +59,10 @@ def add_build_options(parser) -> None:
     precision.add_argument("--fp16-io", action="store_true",
                            help="the engine's float32 inputs and outputs become FP16 bindings (feed and read "
                                 "float16 arrays): no conversion at the ends of an FP16 engine")
+    precision.add_argument("--io-format", action="append", default=[], metavar="NAME:FORMAT",
+                           help="bind input or output NAME in this memory format: channels_last binds an "
+                                "[N, C, H, W] tensor as [N, H, W, C] (give its profile shapes, feed and read it so), "
+                                "linear keeps the model's layout; repeatable (TensorRT's --inputIOFormats layouts)")
     precision.add_argument("--strongly-typed", action="store_true",
                            help="build the model exactly as typed (an FP16 model runs in FP16); no --fp16 or "
                                 "--layer-precision with it")
@@ -99,7 +103,7 @@ BUILD_ONLY = (("min_shapes", "--min-shapes", []), ("opt_shapes", "--opt-shapes",
               ("timing_cache", "--timing-cache", None), ("optimization_level", "--optimization-level", 3),
               ("no_tf32", "--no-tf32", False), ("fp16", "--fp16", False), ("layer_precision", "--layer-precision", []),
               ("precision_constraints", "--precision-constraints", None), ("strongly_typed", "--strongly-typed", False),
-              ("fp16_io", "--fp16-io", False),
+              ("fp16_io", "--fp16-io", False), ("io_format", "--io-format", []),
               ("no_accuracy_check", "--no-accuracy-check", False), ("int8", "--int8", False),
               ("calibration_data", "--calibration-data", None),
               ("calibration_algorithm", "--calibration-algorithm", "entropy"),
@@ -199,12 +203,25 @@ def build_engine(args, model, run_shapes: dict | None = None):
                            layer_precisions=parse_layer_precisions(args.layer_precision),
                            precision_constraints=args.precision_constraints or "prefer",
                            strongly_typed=args.strongly_typed, accuracy_check=not args.no_accuracy_check,
-                           fp16_io=args.fp16_io, int8=args.int8, calibration_data=args.calibration_data,
+                           fp16_io=args.fp16_io, io_formats=parse_io_formats(args.io_format), int8=args.int8, calibration_data=args.calibration_data,
                            calibration_algorithm=args.calibration_algorithm,
                            calibration_percentile=args.calibration_percentile,
                            calibration_cache=args.calibration_cache, accuracy_budget=args.accuracy_budget)
     add_profile(config, args, run_shapes)
     return Builder().build_engine(model, config)
+
+
+def parse_io_formats(items: list[str]) -> dict[str, str]:
+    """``--io-format NAME:FORMAT`` (repeatable) as {name: format}; the formats are checked by the build."""
+    found: dict[str, str] = {}
+    for item in items:
+        name, sep, form = item.rpartition(":")
+        if not sep or not name or not form:
+            raise PlugrtError(f"--io-format {item!r}: give NAME:FORMAT, e.g. --io-format input:channels_last")
+        if name in found and found[name] != form:
+            raise PlugrtError(f"--io-format: {name!r} is given two formats, {found[name]} and {form}")
+        found[name] = form
+    return found
 
 
 def parse_layer_precisions(items: list[str]) -> dict[str, str]:

@@ -46,7 +46,7 @@ ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tenso
 VARIADIC = 2**31 - 1
 
 #: Where a plugin's graph pass runs (:class:`GraphPass`).
-PASS_STAGES = ("cleanup", "fusion", "quantize")
+PASS_STAGES = ("cleanup", "fusion", "quantize", "bindings")
 
 #: Op groups the core's rules refer to (fusion, folding).
 POINTWISE = "pointwise"
@@ -376,8 +376,9 @@ class GraphPass:
     the scale folding and before epilogue and pointwise fusion, and not with
     ``--no-fusion``; ``"quantize"`` passes (Q/DQ placement and Q/DQ around an op turned
     into its integer form) run after those and the builder's calibration, in every build,
-    reading :attr:`Graph.int8` (an INT8 build's calibrated ranges; ``None`` otherwise).
-    Within a stage passes are ordered by ``(priority, owner, name)``; lower runs first.
+    reading :attr:`Graph.int8` (an INT8 build's calibrated ranges; ``None`` otherwise);
+    ``"bindings"`` passes run after import when the build asks binding formats
+    (:attr:`Graph.io_formats`), each rewriting and taking out those it knows. Within a stage passes are ordered by ``(priority, owner, name)``; lower runs first.
     """
 
     name: str

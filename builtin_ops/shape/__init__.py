@@ -20,7 +20,7 @@ Constant, Range, OneHot, Trilu, and the scatters.
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import channels_last, generator_ops, movement_ops, ops, scatter_ops, simplify_pairs, sink_reshapes
+from . import channels_last, generator_ops, io_formats, movement_ops, ops, scatter_ops, simplify_pairs, sink_reshapes
 
 #: Every op of the family, in the order they register.
 OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS + scatter_ops.OPS
@@ -50,5 +50,7 @@ def plugrt_passes():
                       description="pairs of layout ops that cancel or merge"),
             GraphPass("channels_last", channels_last.run, priority=CHANNELS_LAST_PRIORITY,
                       description="convolutions channels-last (NHWC) on tensor cores, layout changes cancelled"),
+            GraphPass("io_formats", io_formats.run, stage="bindings",
+                      description="bindings asked channels-last (--io-format): a Transpose inside the engine"),
             GraphPass("sink_reshapes", sink_reshapes.run, priority=SINK_RESHAPES_PRIORITY,
                       description="Reshapes moved below pointwise nodes, which then fuse into the node before")]

@@ -151,11 +151,12 @@ class Builder:
     def _check(self, model, config: BuilderConfig, tuner: Tuner, timed: bool = False) -> Checked:
         """``timed``: the precision step may time tactics (a build, not a check)."""
         from plugrt.onnx.importer import import_model
-        from plugrt.passes import optimize
+        from plugrt.passes import bind_formats, optimize
 
         check_precision_config(config)
         check_int8_config(config)
         graph = model.copy() if isinstance(model, Graph) else import_model(model, registry=self.registry)
+        bound = bind_formats(graph, self.registry, config.io_formats) if config.io_formats else []
         profiles = resolve_profiles(graph, config)
         profile = profiles[0]
         graph.sample_inputs = [({n: s[i] for n, s in p.shapes.items()}, p.shape_values) for p in profiles
@@ -174,8 +175,8 @@ class Builder:
         def int8(g: Graph) -> int:
             return prepare_int8(g, self.registry, config, profile, relative_error, tuner if timed else None, profiles)
 
-        passes = optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
-                          precision=precision, int8=int8)
+        passes = bound + optimize(graph, self.registry, fusion=config.fusion, disabled=config.disabled_passes,
+                                  precision=precision, int8=int8)
         log.info("graph passes: %d nodes -> %d nodes", imported, len(graph.nodes))
         at = [(concretize(graph, {n: s[1] for n, s in p.shapes.items()}, self.registry, p.shape_values),
                concretize(graph, {n: s[2] for n, s in p.shapes.items()}, self.registry, p.values_at(2)))

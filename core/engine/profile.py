@@ -207,6 +207,11 @@ class BuilderConfig:
     #: The engine's float32 inputs and outputs become FP16 bindings (TensorRT's
     #: ``--inputIOFormats=fp16``): no conversion at either end of an FP16 engine.
     fp16_io: bool = False
+    #: Binding name -> memory format (TensorRT's ``--inputIOFormats``/``--outputIOFormats``
+    #: layouts): ``"channels_last"`` binds an ``[N, C, spatial...]`` input or output as
+    #: ``[N, spatial..., C]`` (its profile shapes, feeds and results in that layout), so a
+    #: caller holding channels-last data hands it over without a transpose on either side.
+    io_formats: dict[str, str] = field(default_factory=dict)
     #: Build the model exactly as typed: no precision choice (``fp16`` and
     #: ``layer_precisions`` are refused with it).
     strongly_typed: bool = False

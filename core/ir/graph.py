@@ -122,6 +122,9 @@ class Graph:
         self.sample_inputs: list[tuple[dict, dict]] = []
         #: An INT8 build's request to the ``quantize`` passes (:class:`Int8Request`), or None.
         self.int8: Int8Request | None = None
+        #: Binding formats the build asks for (``--io-format``): binding name -> format
+        #: (``"channels_last"``); the ``bindings`` passes take out what they rewrote.
+        self.io_formats: dict[str, str] = {}
         #: Data-dependent nodes (:meth:`plugrt.plugin.OpPlugin.output_bounds`) of a concrete
         #: graph: node name -> its outputs' bounds (:func:`plugrt.ir.infer.infer_graph`).
         self.data_dependent: dict[str, list[tuple[int, ...]]] = {}
@@ -187,6 +190,7 @@ class Graph:
         other.outputs = list(self.outputs)
         other.sample_inputs = list(self.sample_inputs)
         other.int8 = self.int8
+        other.io_formats = dict(self.io_formats)
         other.data_dependent = dict(self.data_dependent)
         return other
 

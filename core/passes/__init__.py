@@ -178,3 +178,40 @@ def _full_name(entries: list[PassEntry], name: str) -> str:
         return name
     owners = {entry.name for entry in entries if entry.plugin and entry.name.split(":", 1)[1] == name}
     return owners.pop() if len(owners) == 1 else name
+
+
+#: The binding formats a build may ask for (``--io-format NAME:FORMAT``); ``linear`` is the
+#: model's own layout (asking for it changes nothing).
+IO_FORMATS = ("linear", "channels_last")
+
+
+def bind_formats(graph: Graph, registry, formats: dict) -> list[PassResult]:
+    """Give the bindings named in ``formats`` their formats: the plugins' ``bindings``
+    passes rewrite them (each takes out of :attr:`Graph.io_formats` what it did), right
+    after import, before the profiles are read (their shapes are in the new layouts).
+
+    :raises PlugrtError: for a name that is no binding, a format that is not one of
+        :data:`IO_FORMATS`, or one no installed plugin rewrote.
+    """
+    for name, form in formats.items():
+        if name not in graph.inputs and name not in graph.outputs:
+            raise PlugrtError(f"--io-format {name}:{form}: the model has no input or output {name!r}; its bindings "
+                              f"are {', '.join(map(repr, [*graph.inputs, *graph.outputs]))}")
+        if form not in IO_FORMATS:
+            raise PlugrtError(f"--io-format {name}:{form}: unknown format; the formats are {', '.join(IO_FORMATS)}")
+    graph.io_formats = {name: form for name, form in formats.items() if form != "linear"}
+    results = []
+    for owner, graph_pass in registry.passes("bindings") if graph.io_formats else ():
+        before, started = len(graph.nodes), time.perf_counter()
+        try:
+            rewrites = int(graph_pass.run(graph, registry) or 0)
+            validate_graph(graph, registry)
+        except PlugrtError as exc:
+            raise PlugrtError(f"pass {owner}:{graph_pass.name}: {exc}") from exc
+        results.append(PassResult(f"{owner}:{graph_pass.name}", before, len(graph.nodes), rewrites,
+                                  time.perf_counter() - started))
+    if graph.io_formats:
+        name, form = next(iter(graph.io_formats.items()))
+        raise PlugrtError(f"--io-format {name}:{form}: no installed plugin gives a binding that format (the built-in "
+                          "shape family does channels_last); leave the option out to keep the model's layout")
+    return results
