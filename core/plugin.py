@@ -376,9 +376,9 @@ class GraphPass:
     the scale folding and before epilogue and pointwise fusion, and not with
     ``--no-fusion``; ``"quantize"`` passes (Q/DQ placement and Q/DQ around an op turned
     into its integer form) run after those and the builder's calibration, in every build,
-    reading :attr:`Graph.int8` (an INT8 build's calibrated ranges; ``None`` otherwise);
-    ``"bindings"`` passes run after import when the build asks binding formats
-    (:attr:`Graph.io_formats`), each rewriting and taking out those it knows. Within a stage passes are ordered by ``(priority, owner, name)``; lower runs first.
+    reading :attr:`Graph.int8`; ``"bindings"`` passes right after import, where the build
+    asks binding formats (:attr:`Graph.io_formats`), each rewriting and taking out those it
+    knows. Within a stage passes are ordered by ``(priority, owner, name)``; lower first.
     """
 
     name: str
