@@ -369,8 +369,7 @@ class Scale:
 class GraphPass:
     """A named graph rewrite a plugin contributes through ``plugrt_passes``.
 
-    ``run(graph, registry)`` rewrites the graph in place and returns how many changes it
-    made. ``stage`` says where it runs: ``"cleanup"`` passes (simplifications that change
+    ``run(graph, registry)`` rewrites the graph in place, returning its count of changes. ``stage`` says where it runs: ``"cleanup"`` passes (simplifications that change
     no op's work, such as layout pairs that cancel) run with the core's cleanup, even
     without fusion; ``"fusion"`` passes (primitive ops recognized as a fused op) run after
     the scale folding and before epilogue and pointwise fusion, and not with
