@@ -29,12 +29,26 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runtime_bench import _median_ms, export_models, feeds_for
 
 
+#: An image model's FP16 engine takes what torch.compile's FP16 run is given: a float16
+#: channels-last batch (its conversion is not timed there either): --fp16-io --io-format.
+CHANNELS_LAST_IO = ["--fp16-io", "--io-format", "input:channels_last"]
+
+
+def channels_last_io(model: dict, fp16: bool) -> bool:
+    return fp16 and model["input"] == "input"
+
+
 def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str) -> dict:
-    shape = f"{model['input']}:{batch}x{model['shape']}"
+    dims = model["shape"].split("x")
+    if channels_last_io(model, fp16):
+        dims = dims[1:] + dims[:1]
+    shape = f"{model['input']}:{batch}x{'x'.join(dims)}"
     command = [sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--no-progress", "--force",
                "--optimization-level", level, "--min-shapes", shape, "--opt-shapes", shape, "--max-shapes", shape]
     if fp16:
         command.append("--fp16")
+    if channels_last_io(model, fp16):
+        command += CHANNELS_LAST_IO
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PLUGRT_KERNEL_CACHE=cache))
     if done.returncode:
@@ -52,6 +66,9 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
 
     engine = Engine.load(plan)
     x = feeds_for(model, batch)
+    binding = engine.graph.info(model["input"])
+    if binding.dtype == np.float16:  # (CHANNELS_LAST_IO)
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)
     with engine.create_execution_context() as ctx:
         first = ctx.execute({model["input"]: x})
         feed = cuda.to_device(x)
@@ -70,7 +87,7 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
                    "slowest": [{k: row[k] for k in ("name", "op", "tactic", "median_ms", "blocks")}
                                for row in sorted(layers, key=lambda row: -row["median_ms"])[:12]],
                    "layers": [{k: row.get(k) for k in ("name", "op", "tactic", "median_ms", "blocks")} for row in layers]}
-    return ms, first[model["output"]], summary
+    return ms, first[model["output"]].astype(np.float32), summary
 
 
 def record_run(entry: dict, label: str, plan: str, model: dict, batch: int, reference: np.ndarray,
