@@ -244,20 +244,15 @@ def test_many_runs_do_not_grow_host_memory(engine):
         _check(out, x)
 
 
-def test_contexts_keep_a_bounded_number_of_shapes(engine):
-    from plugrt.engine import context as context_module
-
-    with engine.create_execution_context(max_graphs=2) as ctx:
-        limit = context_module.MAX_SPECIALIZATIONS
-        context_module.MAX_SPECIALIZATIONS = 2
-        try:
-            for n in (1, 2, 3, 4, 1, 2):
-                x = _x(n, n)
-                _check(ctx.execute({"x": x}), x)
-                _check(ctx.execute({"x": x}), x)
-            assert len(ctx._specs) == 2
-        finally:
-            context_module.MAX_SPECIALIZATIONS = limit
+def test_contexts_keep_a_bounded_number_of_shapes(engine, caplog):
+    with engine.create_execution_context(max_graphs=2, max_specializations=2) as ctx:
+        for n in (1, 2, 3, 4, 1, 2):
+            x = _x(n, n)
+            _check(ctx.execute({"x": x}), x)
+            _check(ctx.execute({"x": x}), x)
+        assert len(ctx._specs) == 2
+    warned = [r.getMessage() for r in caplog.records if "input shapes seen" in r.getMessage()]
+    assert len(warned) == 1 and "max_specializations" in warned[0], warned
 
 
 # ---------------------------------------------------------------------- GPU only

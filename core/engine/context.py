@@ -49,7 +49,7 @@ class ExecutionContext:
     """Runs an engine on a stream; one request at a time (see the module doc)."""
 
     def __init__(self, engine, stream=None, use_cuda_graph: bool = True, max_graphs: int = MAX_GRAPHS,
-                 profile: int = 0, batch_buckets=None):
+                 profile: int = 0, batch_buckets=None, max_specializations: int | None = None):
         from numba import cuda
 
         self.engine = engine
@@ -60,6 +60,10 @@ class ExecutionContext:
         self.batch_buckets = buckets.check_buckets(engine, self.profile_index, batch_buckets or ())  # (execute pads)
         self.use_cuda_graph = bool(use_cuda_graph) and not simulated()
         self.max_graphs = max(int(max_graphs), 1)
+        #: Input shapes whose prepared launches the context keeps (a shape dropped is
+        #: prepared again when it comes back: tens of milliseconds on the host).
+        self.max_specializations = max(int(max_specializations or MAX_SPECIALIZATIONS), 1)
+        self._warned_specs = False
         self._external: dict[int, object] = {}
         self.stream = self._stream(stream) if stream is not None else cuda.stream()
         self._busy = threading.Lock()
@@ -400,7 +404,13 @@ class ExecutionContext:
             spec = make()
             spec.key = key
             self._specs[key] = spec
-            while len(self._specs) > MAX_SPECIALIZATIONS:
+            while len(self._specs) > self.max_specializations:
+                if not self._warned_specs:
+                    self._warned_specs = True
+                    log.warning("execution context: more than %d input shapes seen; dropping the least recently "
+                                "used one's prepared launches (each comes back at a host cost: raise "
+                                "max_specializations, or pad requests to fewer shapes with batch_buckets)",
+                                self.max_specializations)
                 _, oldest = self._specs.popitem(last=False)
                 oldest.close()
         else:

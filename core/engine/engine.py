@@ -160,16 +160,17 @@ class Engine:
         self.close()
 
     def create_execution_context(self, stream=None, use_cuda_graph: bool = True, max_graphs: int | None = None,
-                                 profile: int = 0, batch_buckets=None):
+                                 profile: int = 0, batch_buckets=None, max_specializations: int | None = None):
         """A context that runs this engine on ``stream`` (a new one by default) in
         optimization profile ``profile``. From the second run of an input shape on, its
         launches replay as one CUDA graph unless ``use_cuda_graph`` is false; it keeps
-        ``max_graphs`` graphs (16 by default). ``batch_buckets``: ``execute`` pads each
-        request's batch up to the nearest of these sizes (:mod:`plugrt.engine.buckets`)."""
+        ``max_graphs`` graphs (16) and ``max_specializations`` shapes' launches (64).
+        ``batch_buckets``: ``execute`` pads each request's batch up to the nearest of these
+        sizes (:mod:`plugrt.engine.buckets`)."""
         from plugrt.engine.context import MAX_GRAPHS, ExecutionContext
 
         return ExecutionContext(self, stream, use_cuda_graph, MAX_GRAPHS if max_graphs is None else max_graphs,
-                                profile, batch_buckets)
+                                profile, batch_buckets, max_specializations)
 
     # ------------------------------------------------------------------ plan files
 
