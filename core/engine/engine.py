@@ -148,8 +148,7 @@ class Engine:
             return self._weights[device]
 
     def close(self) -> None:
-        """Drop the engine's device weights (contexts made before keep theirs alive until
-        they close; a context made after uploads them again)."""
+        """Drop the device weights (contexts made before keep theirs; later ones upload again)."""
         with self._lock:
             self._weights = {}
 
