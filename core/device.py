@@ -154,7 +154,10 @@ def identify(device_id: int | None = None) -> dict:
 
     device = cuda.gpus[current_device_id() if device_id is None else int(device_id)]
     name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
-    bus = f"{device.PCI_DOMAIN_ID:04x}:{device.PCI_BUS_ID:02x}:{device.PCI_DEVICE_ID:02x}.0"
+    try:
+        bus = f"{device.PCI_DOMAIN_ID:04x}:{device.PCI_BUS_ID:02x}:{device.PCI_DEVICE_ID:02x}.0"
+    except Exception:  # noqa: BLE001 - a driver that does not say: the report goes on without it
+        bus = None
     return {"id": int(device.id), "name": name, "pci_bus_id": bus}
 
 
