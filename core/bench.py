@@ -193,9 +193,12 @@ def run_benchmark(engine, shapes: Mapping[str, tuple] | None = None, *, warmup: 
     warmup = defaults[0] if warmup is None else warmup
     iterations = defaults[1] if iterations is None else iterations
     duration = defaults[2] if duration is None else duration
+    _check_settings(warmup, iterations, duration, streams)
     home = current_device_id()
     devices = check_devices(list(devices)) if devices is not None else [home]
-    _check_settings(warmup, iterations, duration, streams * len(devices))
+    if streams * len(devices) > MAX_STREAMS:
+        raise PlugrtError(f"bench: at most {MAX_STREAMS} contexts run at once; {streams} streams on each of "
+                          f"{len(devices)} devices make {streams * len(devices)}")
     sets = [resolve_shapes(engine, s, profile=profile) for s in (mix or [shapes])]
     feeds = [random_feeds(engine, s, seed + k, profile) for k, s in enumerate(sets)]
     batches = [int(s[engine.input_names[0]][0]) if engine.input_names and s[engine.input_names[0]] else 1
@@ -242,8 +245,7 @@ def _check_settings(warmup, iterations, duration, streams) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise PlugrtError(f"bench {name} must be a whole number >= {low}, got {value!r}")
     if streams > MAX_STREAMS:
-        raise PlugrtError(f"bench streams: at most {MAX_STREAMS} contexts run at once (streams x devices), got "
-                          f"{streams}")
+        raise PlugrtError(f"bench streams: at most {MAX_STREAMS} contexts run at once, got {streams}")
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 <= duration < float("inf"):
         raise PlugrtError(f"bench duration must be a finite number of seconds >= 0, got {duration!r}")
 
