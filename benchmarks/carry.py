@@ -1,10 +1,15 @@
-"""Files too large for one GPU call's carry (64 MiB), sent over several calls on a warm
-machine: ``split SRC PARTS N`` packs folder SRC (e.g. wheels: Ray, nvidia-pytriton and
-their dependencies) as one tar cut into parts of at most N MB, each in its own folder
-``PARTS1``, ``PARTS2``, ... with a manifest; call k carries ``PARTSk`` (the folders carried
-earlier stay on the warm machine: ignored paths not named again are kept). There, ``join
-PARTS DEST`` checks that every part is present and whole (sha256) and unpacks them into
-DEST; it says what is missing otherwise and exits 1.
+"""Files moved between this machine and the GPU machine in parts (a call carries at most
+64 MiB and hands back files of at most 16 MB): ``split SRC PARTS N [xz]`` packs folder SRC
+as one tar (xz-compressed with ``xz``) cut into parts of at most N MB, each in its own
+folder ``PARTS1``, ``PARTS2``, ... with a manifest; ``join PARTS DEST`` checks that every
+part is present and whole (sha256) and unpacks them into DEST, else says what is missing
+and exits 1. Two uses (``gpu_run.sh``):
+
+- wheels too large for one call (Ray Serve, nvidia-pytriton and their dependencies): call k
+  carries ``.carryk`` (folders carried earlier stay on the warm machine: ignored paths not
+  named again are kept); the call that completes the set installs them;
+- the benchmarks' kernel cache, handed back as ``$OUT/kcache1..`` and carried into the next
+  call as ``.kcache1..``, so its builds compile nothing they compiled before.
 
     python3 benchmarks/carry.py split /tmp/wheels .carry 45   # here: .carry1 .. .carryK
     python3 benchmarks/carry.py join .carry .carried          # there, in the last call
@@ -21,9 +26,10 @@ import sys
 import tarfile
 
 
-def split(source: str, parts: str, megabytes: str) -> int:
+def split(source: str, parts: str, megabytes: str, compression: str = "") -> int:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:xz", preset=1) if compression == "xz" else \
+            tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in sorted(os.listdir(source)):
             tar.add(os.path.join(source, name), arcname=name)
     data, size = buffer.getvalue(), int(float(megabytes) * 1e6)
@@ -41,11 +47,12 @@ def split(source: str, parts: str, megabytes: str) -> int:
     return 0
 
 
-def join(parts: str, dest: str) -> int:
+def join(parts: str, dest: str, optional: str = "") -> int:
+    """(``optional``: no parts at all is no error.)"""
     manifests = sorted(glob.glob(f"{parts}*/manifest.json"))
     if not manifests:
         print(f"carry: no {parts}*/manifest.json here")
-        return 1
+        return 0 if optional else 1
     manifest = json.load(open(manifests[0]))
     chunks = []
     for index in range(1, manifest["parts"] + 1):
@@ -57,7 +64,7 @@ def join(parts: str, dest: str) -> int:
             return 1
         chunks.append(chunk)
     os.makedirs(dest, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r") as tar:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r:*") as tar:
         tar.extractall(dest, filter="data")
     print(f"carry: {manifest['parts']} parts joined into {dest}: {len(os.listdir(dest))} files")
     return 0

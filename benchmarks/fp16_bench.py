@@ -67,8 +67,9 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
     engine = Engine.load(plan)
     x = feeds_for(model, batch)
     binding = engine.graph.info(model["input"])
-    if binding.dtype == np.float16:  # (CHANNELS_LAST_IO)
-        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)
+    if tuple(binding.shape[1:]) == x.shape[2:] + x.shape[1:2]:  # a channels-last binding (CHANNELS_LAST_IO)
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    x = x.astype(binding.dtype)
     with engine.create_execution_context() as ctx:
         first = ctx.execute({model["input"]: x})
         feed = cuda.to_device(x)

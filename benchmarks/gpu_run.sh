@@ -16,12 +16,12 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . $(printf -- "-e %s " contrib_plugins/*/) \
   >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
-# One kernel cache for the benchmarks' builds, kept between GPU calls: carried in as
-# .kcache-parts/ (split .tar.xz, from an earlier call's $OUT), handed back the same way at the
-# end (PLUGRT_GPU_KEEP_CACHE=0: not). A warm cache turns a 5-minute ResNet-50 build into seconds.
+# One kernel cache for the benchmarks' builds, kept between GPU calls: carried in as .kcache1..
+# (an earlier call's $OUT/kcache1..), handed back the same way at the end (PLUGRT_GPU_KEEP_CACHE=0:
+# not). A warm cache turns a 5-minute ResNet-50 build into seconds.
 export PLUGRT_BENCH_KERNEL_CACHE="$PWD/.kcache"
 mkdir -p .kcache
-python3 benchmarks/kcache.py unpack .kcache-parts .kcache
+python3 benchmarks/carry.py join .kcache .kcache optional
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 TESTS="${PLUGRT_GPU_TESTS:-tests $(ls -d contrib_plugins/*/tests)}"
 if [ "$TESTS" != "none" ]; then
@@ -56,5 +56,5 @@ if [ "${PLUGRT_GPU_INT8:-1}" = "1" ]; then  # issue 18's model figures (digits a
   timeout "${PLUGRT_GPU_INT8_TIMEOUT:-540}" python3 benchmarks/int8_bench.py --out "$OUT" ${PLUGRT_INT8_ARGS:-} 2>&1 | tail -40
 fi
 if [ "${PLUGRT_GPU_KEEP_CACHE:-1}" = "1" ] && [ -n "$(ls .kcache)" ]; then  # back through $OUT: 15 MB parts
-  python3 benchmarks/kcache.py pack .kcache "$OUT/kcache"
+  python3 benchmarks/carry.py split .kcache "$OUT/kcache" 15 xz
 fi

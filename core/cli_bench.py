@@ -100,7 +100,6 @@ def cmd_bench(args) -> int:
         progress.finish()
     report = {"target": args.target, "built": not is_plan, **result.as_json()}
     report["settings"]["profile"] = args.profile
-    report["settings"]["devices_given"] = devices is not None
     print_report(args.target, report)
     if args.dump_profile:
         from plugrt.bench import random_feeds
@@ -236,11 +235,9 @@ def print_report(target: str, report: dict) -> None:
     print(f"throughput: {throughput['queries_per_s']:.2f} queries/s, {throughput['inferences_per_s']:.2f} inferences/s "
           f"(batch {throughput['batch']} = dim 0 of the first input{', the first set' if settings.get('mix') else ''}"
           f"{'; inferences count each set' + chr(39) + 's own' if settings.get('mix') else ''}, x queries / wall s)")
-    devices = report.get("devices") or []
-    if len(devices) > 1 or settings.get("devices_given"):
-        for device in devices:
-            print(f"device {device['id']} ({device['name']}, PCI {device['pci_bus_id']}): {device['contexts']} "
-                  f"context(s), {device['queries']} queries, {device['inferences_per_s']:.2f} inferences/s")
+    for device in report.get("devices") or []:
+        print(f"device {device['id']} ({device['name']}, PCI {device['pci_bus_id']}): {device['contexts']} "
+              f"context(s), {device['queries']} queries, {device['inferences_per_s']:.2f} inferences/s")
     if not report.get("simulator", False):
         print(f"kernels compiled while running: {report.get('kernels_compiled', 0)}")
     for label, key, note in _ROWS:

@@ -14,7 +14,7 @@ convolution: no layout kernel at the engine's edge.
 from __future__ import annotations
 
 from plugrt import ModelError
-from plugrt.passes.pattern import Graph, finish, fresh_name, insert_nodes, make_node
+from plugrt.passes.pattern import Graph, finish, fresh_name, insert_nodes, make_node, replace_value
 from plugrt.plugin import TensorInfo
 
 FORMAT = "channels_last"
@@ -38,14 +38,16 @@ def run(graph: Graph, registry) -> int:
         to_last, to_first = [0, *range(2, rank), 1], [0, rank - 1, *range(1, rank - 1)]
         inner = fresh_name(graph, f"{name}_channels_first")
         if name in graph.inputs:
-            _rename_reads(graph, name, inner)
+            replace_value(graph, name, inner)  # (not an output: refused above)
             graph.values[name].info = TensorInfo(info.dtype, tuple(info.shape[p] for p in to_last))
             _transpose(graph, registry, name, inner, to_first, 0)
         else:
             producer = graph.producers()[name]
             at = graph.nodes.index(producer)
             graph.nodes[at] = producer.replace(outputs=tuple(inner if o == name else o for o in producer.outputs))
-            _rename_reads(graph, name, inner)
+            for index, node in enumerate(graph.nodes):  # (the graph's other readers of the output)
+                if name in node.inputs:
+                    graph.nodes[index] = node.replace(inputs=tuple(inner if i == name else i for i in node.inputs))
             graph.values[inner] = type(graph.values[name])(inner, info)
             graph.values[name].info = None
             _transpose(graph, registry, inner, name, to_last, at + 1)
@@ -54,12 +56,6 @@ def run(graph: Graph, registry) -> int:
     if done:
         finish(graph, registry)
     return done
-
-
-def _rename_reads(graph: Graph, old: str, new: str) -> None:
-    for index, node in enumerate(graph.nodes):
-        if old in node.inputs:
-            graph.nodes[index] = node.replace(inputs=tuple(new if i == old else i for i in node.inputs))
 
 
 def _transpose(graph: Graph, registry, source: str, target: str, perm: list[int], at: int) -> None:
