@@ -13,6 +13,7 @@ FP16 tensor-core instructions, ``ldmatrix`` and ``cp.async`` as inline PTX, from
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -264,7 +265,10 @@ def aligned(array, alignment: int = 16) -> bool:
 
 def flat(array):
     """A 1-D view of a C-contiguous device array (a 0-d array becomes one element)."""
-    return array.reshape(int(np.prod(array.shape, dtype=np.int64)))
+    shape = array.shape
+    if len(shape) == 1:
+        return array
+    return array.reshape(math.prod(shape))
 
 
 def to_device(array: np.ndarray):

@@ -245,7 +245,7 @@ class OpPlugin(OpIdentity):
         return None
 
     def tactics(self, node: "Node", inputs: Sequence[TensorInfo | None], outputs: Sequence[TensorInfo],
-                epilogue=None) -> list:
+                epilogue=None, wanted=None) -> list:
         """Return the CUDA implementations (:class:`plugrt.tactic.Tactic`) of this node, best first.
 
         Shapes are concrete here; inputs known at build time carry their ``value``. The
@@ -254,12 +254,12 @@ class OpPlugin(OpIdentity):
         Plugins in the ``ANCHOR`` group accept an ``epilogue``
         (:class:`plugrt.kernels.Epilogue`): every tactic they return then applies it to each
         output element before the store (see that class for the contract). Others are never
-        given one.
-        """
+        given one. One naming a ``wanted`` parameter gets, when a new shape looks for the
+        tactic a plan recorded, its identity: it may return only the tactics of that name."""
         fn = self.pointwise(node, inputs)
         if fn is None or len(outputs) != 1:
             return []
-        return pointwise_tactics(fn, inputs, outputs[0])
+        return pointwise_tactics(fn, inputs, outputs[0], wanted=wanted)
 
     def pointwise(self, node: "Node", inputs: Sequence[TensorInfo | None]):
         """Return a scalar ``@jit(device=True)`` function of this op, or ``None``.

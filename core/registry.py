@@ -17,6 +17,7 @@ the core moves past API 1 and is then refused like any plugin outside its range.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -108,6 +109,7 @@ class Registry:
         self.pm = pluggy.PluginManager("plugrt")
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginRecord] = {}
+        self._owners: dict[int, tuple] = {}  # id(op) -> (op, its record): owner()'s memo
         self.failures: list[LoadFailure] = []
         self._ops: dict[tuple[str, str], list[tuple[OpPlugin, str]]] = {}
         if os.environ.get("PLUGRT_TRACE_PLUGINS"):
@@ -285,8 +287,12 @@ class Registry:
         return op
 
     def owner(self, op: OpPlugin) -> PluginRecord:
+        record = self._owners.get(id(op))
+        if record is not None and record[0] is op and self.plugins.get(record[1].name) is record[1]:
+            return record[1]
         for record in self.plugins.values():
             if any(o is op for o in record.ops):
+                self._owners[id(op)] = (op, record)
                 return record
         raise KeyError(op)
 
@@ -301,16 +307,27 @@ class Registry:
         return [(record, provider) for record in sorted(self.plugins.values(), key=lambda r: r.name)
                 for provider in record.providers if provider.serves(node.domain, node.op_type, node.opset)]
 
-    def tactics(self, op: OpPlugin, node, inputs, outputs, epilogue=None) -> list:
+    def tactics(self, op: OpPlugin, node, inputs, outputs, epilogue=None, wanted=None) -> list:
         """Every candidate tactic for ``node``: its owner ``op``'s, in the owner's order, then
         each provider's (stamped with their ``source``). An epilogue goes to every one of them
         (only ``ANCHOR`` ops get one). A provider that raises is left out, with a warning:
-        a contribution must not break a build the owner can do."""
+        a contribution must not break a build the owner can do.
+
+        ``wanted``: the identity (:meth:`plugrt.tactic.Tactic.identity`) the caller looks
+        for, as a specialization does for a tactic a plan recorded. Then only its supplier
+        is asked (the owner, or the provider it names), and a ``tactics`` that takes a
+        ``wanted`` keyword gets it, to make just the tactics of that name (a hint: the
+        caller still picks by identity, and asks again without it if none matches)."""
         extra = {} if epilogue is None else {"epilogue": epilogue}
-        found = list(op.tactics(node, inputs, outputs, **extra))
+        supplier = None if wanted is None else wanted.get("provider")
+        found = []
+        if supplier is None:
+            found = list(op.tactics(node, inputs, outputs, **extra, **_hint(op.tactics, wanted)))
         for record, provider in self.providers(node):
+            if wanted is not None and record.name != supplier:
+                continue
             try:
-                offered = list(provider.tactics(node, inputs, outputs, **extra))
+                offered = list(provider.tactics(node, inputs, outputs, **extra, **_hint(provider.tactics, wanted)))
             except Exception as exc:
                 log.warning("%s: the tactics plugin %r contributes raised %s: %s; its tactics are left out",
                             node.describe(), record.name, type(exc).__name__, exc)
@@ -324,6 +341,25 @@ class Registry:
         found = [(record.name, p) for record in self.plugins.values() for p in record.passes
                  if stage is None or p.stage == stage]
         return sorted(found, key=lambda item: (item[1].priority, item[0], item[1].name))
+
+
+def _hint(tactics, wanted) -> dict:
+    """``{"wanted": wanted}`` where the ``tactics`` method takes that keyword, else ``{}``."""
+    if wanted is None:
+        return {}
+    takes = _TAKES_WANTED.get(getattr(tactics, "__func__", tactics))
+    if takes is None:
+        try:
+            parameters = inspect.signature(tactics).parameters
+        except (TypeError, ValueError):
+            parameters = {}
+        takes = "wanted" in parameters
+        _TAKES_WANTED[getattr(tactics, "__func__", tactics)] = takes
+    return {"wanted": wanted} if takes else {}
+
+
+#: A ``tactics`` function -> whether it takes ``wanted`` (:func:`_hint`).
+_TAKES_WANTED: dict = {}
 
 
 def plugin_api(plugin, name: str, distribution: str | None = None,

@@ -162,3 +162,39 @@ def test_the_cli_specializes_shapes(tmp_path, capsys):
     assert main(["build", str(model), "-o", str(tmp_path / "bad.plan"), "--no-progress", *flags[:4],
                  "--specialize-shapes", "x:7x3x4x4"]) != 0
     assert "lie in no optimization profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("which", ["bert", "conv"])
+def test_asking_for_a_tactic_by_identity_offers_it_as_every_tactic_list_does(which):
+    """A new shape asks each layer's supplier for the recorded tactic alone (``wanted``):
+    for every layer of a transformer and a CNN and every tactic offered at a shape the
+    profile did not tune for, the answer holds a tactic of that identity (name, parameters,
+    supplier), and no more than the full list (fewer from the plugins taking the hint)."""
+    from plugrt.ir.specialize import concretize
+
+    if which == "bert":
+        profile = OptimizationProfile().set_shape("input_ids", (1, 1), (1, 3), (1, 6))
+        config = BuilderConfig(progress=False, tf32=False)
+        config.add_optimization_profile(profile)
+        engine = Builder().build_engine(bert_with_dynamic_sequence(), config)
+        shapes = {"input_ids": (1, 5)}
+    else:
+        engine = build(1, conv_model(3))
+        shapes = {"x": (3, 3, 4, 4)}
+    graph = concretize(engine.graph, shapes, engine.registry)
+    checked, offered, answered = 0, 0, 0
+    for layer in engine.layers:
+        node = graph.nodes[layer.node_index]
+        if layer.alias is not None or all(graph.info(n).value is not None for n in node.outputs if n):
+            continue
+        op = engine.registry.op(node)
+        ins = [graph.info(n) if n else None for n in node.inputs]
+        outs = [graph.info(n) for n in node.outputs if n]
+        full = engine.registry.tactics(op, node, ins, outs)
+        for tactic in full:
+            asked = engine.registry.tactics(op, node, ins, outs, wanted=tactic.identity())
+            same = [t for t in asked if t.identity() == tactic.identity()]
+            assert same, f"{node.name}: {tactic.identity()} not offered when asked for"
+            assert len(asked) <= len(full)
+            offered, answered, checked = offered + len(full), answered + len(asked), checked + 1
+    assert checked >= 10 and (answered < offered or which == "conv"), (checked, answered, offered)

@@ -115,11 +115,14 @@ def test_keys_differ_with_tactic_ranks_dtypes_attributes_and_plugin_sources(monk
     # tells a kernel that baked the shape in apart).
     assert layer_key(*_first_layer(_relu_engine(shape=(4, 3)))) == base
     real = kernel_keys.package_fingerprint
+    assert layer_key(registry, node, graph, tactic) == base  # (remembered: the same key)
     monkeypatch.setattr(kernel_keys, "package_fingerprint",
                         lambda package: "edited" if package == "plugrt_builtin_ops" else real(package))
+    kernel_keys.forget()  # (fingerprints are read once per process; an edit in-process is forgotten by hand)
     variants["plugin sources"] = layer_key(registry, node, graph, tactic)
     monkeypatch.setattr(kernel_keys, "package_fingerprint",
                         lambda package: "edited" if package == "plugrt" else real(package))
+    kernel_keys.forget()
     variants["plugrt sources"] = layer_key(registry, node, graph, tactic)
     assert all(isinstance(k, str) for k in variants.values()), variants
     assert base not in variants.values()
@@ -129,6 +132,7 @@ def test_keys_differ_with_tactic_ranks_dtypes_attributes_and_plugin_sources(monk
 def test_a_plugin_whose_sources_cannot_be_found_gets_no_key(monkeypatch):
     registry, node, graph, tactic = _first_layer(_relu_engine())
     monkeypatch.setattr(kernel_keys, "package_fingerprint", lambda package: None)
+    kernel_keys.forget()
     assert layer_key(registry, node, graph, tactic) is None
 
 

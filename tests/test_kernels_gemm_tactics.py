@@ -452,3 +452,22 @@ def test_gemm_kernels_compile_for_the_gpu():
                   [out, f32, f32, i64, S, S, I64, types.Tuple((i64, f32, i64))], True)
     """)
     assert not failures, "\n".join(failures)
+
+
+def _family(name: str) -> str | None:
+    return next((p for p in ("wgmma_f16_",) + matmul_tactics.FAST_PREFIXES if name.startswith(p)), None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_product_asked_for_one_tactic_makes_only_its_family(dtype):
+    """``wanted`` (a new shape looking for a plan's tactic): the answer holds that tactic
+    and no tactic of another tensor-core or SIMT family than its own."""
+    meta, offs = matmul_plan.product_plan((256, 128), (128, 256))
+    full = matmul_tactics.product_tactics(dtype, dtype, dtype, meta, offs, epilogue=no_epilogue(2))
+    families = {_family(t.name) for t in full} - {None}
+    assert len(families) >= 2 or dtype == np.float16, [t.name for t in full]
+    for tactic in full:
+        asked = matmul_tactics.product_tactics(dtype, dtype, dtype, meta, offs, epilogue=no_epilogue(2),
+                                               wanted=tactic.identity())
+        assert [t.identity() for t in asked].count(tactic.identity()) == 1
+        assert {_family(t.name) for t in asked} - {None} <= {_family(tactic.name)} - {None}, tactic.name

@@ -207,6 +207,49 @@ def test_the_cache_keys_a_contributed_tactic_by_its_source():
     assert again.name == contributed.name
 
 
+def _asking(who, tactics, asked, takes_wanted):
+    """``tactics`` wrapped to record who was asked and the ``wanted`` name it got; one that
+    ``takes_wanted`` returns only the tactics of that name."""
+    if takes_wanted:
+        def wanting(node, inputs, outputs, epilogue=None, wanted=None):
+            asked.append((who, wanted and wanted["name"]))
+            return [t for t in tactics(node, inputs, outputs) if wanted is None or t.name == wanted["name"]]
+        return wanting
+
+    def plain(node, inputs, outputs, epilogue=None):
+        asked.append((who, None))
+        return tactics(node, inputs, outputs)
+    return plain
+
+
+@pytest.mark.parametrize("takes_wanted", [False, True])
+def test_a_recorded_tactic_is_looked_for_at_its_supplier_alone(monkeypatch, takes_wanted):
+    """A new shape's specialization finds a plan's tactic again: only the plugin that
+    supplied it is asked (given the identity where its ``tactics`` takes ``wanted``), and
+    every plugin again, without it, when that finds none of the name."""
+    from plugrt.engine.specialization import find_tactic
+    from plugrt.ir.infer import infer_graph
+
+    registry = registry_with(OWNER, FAST)
+    graph = _graph(registry)
+    infer_graph(graph, registry)
+    node = graph.nodes[0]
+    op, provider = registry.op(node), registry.plugins[CONTRIBUTOR].providers[0]
+    asked = []
+    monkeypatch.setattr(op, "tactics", _asking("owner", op.tactics, asked, takes_wanted))
+    monkeypatch.setattr(provider, "tactics", _asking("provider", provider.tactics, asked, takes_wanted))
+    hint = (lambda name: name) if takes_wanted else (lambda name: None)
+
+    fast = find_tactic(registry, node, graph, {"name": "fast", "params": {"variant": "fast"}, "provider": CONTRIBUTOR})
+    assert (fast.name, fast.provider, asked) == ("fast", CONTRIBUTOR, [("provider", hint("fast"))])
+    asked.clear()
+    tiled = find_tactic(registry, node, graph, {"name": "tiled", "params": {"variant": "tiled"}})
+    assert (tiled.name, tiled.provider, asked) == ("tiled", None, [("owner", hint("tiled"))])
+    asked.clear()
+    gone = find_tactic(registry, node, graph, {"name": "gone", "params": {}})  # (the first offered, as before)
+    assert (gone.name, asked) == ("plain", [("owner", hint("gone")), ("owner", None), ("provider", None)])
+
+
 def _graph(registry):
     from plugrt.onnx.importer import import_model
 

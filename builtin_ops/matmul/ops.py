@@ -80,11 +80,11 @@ class MatMul(OpPlugin):
             return None
         return {1: (b.value.astype(np.float64) * s).astype(b.dtype)}
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         a, b = inputs
         meta, offs = product_plan(a.shape, b.shape)
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
-                               epilogue=epilogue or no_epilogue(len(node.inputs)), b_value=b.value)
+                               epilogue=epilogue or no_epilogue(len(node.inputs)), b_value=b.value, wanted=wanted)
 
 
 class Gemm(OpPlugin):
@@ -170,7 +170,7 @@ class Gemm(OpPlugin):
             folded[2] = (t / beta).astype(b.dtype)
         return folded
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         a, b = inputs[0], inputs[1]
         c = optional(inputs, 2)
         alpha, beta = node.attrs["alpha"], node.attrs["beta"]
@@ -179,7 +179,7 @@ class Gemm(OpPlugin):
                                alpha, beta, integer=a.dtype.kind != "f")
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
                                epilogue=epilogue or no_epilogue(len(node.inputs)),
-                               alpha=alpha, beta=beta, c_index=2, b_value=b.value)
+                               alpha=alpha, beta=beta, c_index=2, b_value=b.value, wanted=wanted)
 
 
 class MatMulInteger(OpPlugin):
@@ -211,7 +211,7 @@ class MatMulInteger(OpPlugin):
             b = b - b_zp.astype(np.int64)
         return [np.matmul(a, b).astype(np.int32)]
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         """The product tactics; the epilogue gets the int32 accumulator as ``value``. Zero
         points absent or known zeros make the product symmetric (Hopper's INT8 tensor-core
         tactic then needs no correction); a constant B may be held transposed."""
@@ -223,7 +223,7 @@ class MatMulInteger(OpPlugin):
         symmetric = all(z is None or (z.value is not None and not np.any(z.value)) for z in (a_zp, b_zp))
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
                                epilogue=epilogue or no_epilogue(len(node.inputs)), zero_points=True,
-                               symmetric=symmetric, b_value=b.value)
+                               symmetric=symmetric, b_value=b.value, wanted=wanted)
 
     def _zero_point_strides(self, node, operand, zero_point, per_row: bool):
         """Element strides reading a zero point broadcast over the operand, as the reference does."""
@@ -275,7 +275,7 @@ class _PermutedProduct(OpPlugin):
         b = np.transpose(b, perm_b) if perm_b else b
         return [(float(node.attrs["alpha"]) * _product(a, b, a.dtype)).astype(a.dtype, copy=False)]
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         a, b = inputs
         perm_a, perm_b = self.perms(node, a.rank, b.rank)
         if perm_a or perm_b:
@@ -284,7 +284,7 @@ class _PermutedProduct(OpPlugin):
             meta, offs = product_plan(a.shape, b.shape)
         return product_tactics(a.dtype, b.dtype, outputs[0].dtype, meta, offs,
                                epilogue=epilogue or no_epilogue(len(node.inputs)),
-                               alpha=float(node.attrs["alpha"]), b_value=None if perm_b else b.value)
+                               alpha=float(node.attrs["alpha"]), b_value=None if perm_b else b.value, wanted=wanted)
 
 
 def _permuted(shape: tuple, perm) -> tuple:

@@ -38,6 +38,8 @@ _DEFAULT_TILE_CONFIGS = TILE_CONFIGS
 SIM_BLOCKS = 2
 #: Grid cap for tiled kernels on a GPU (they loop over tiles with a stride of gridDim.x).
 MAX_TILE_BLOCKS = 1 << 20
+#: How the tensor-core and SIMT GEMM tactics' names begin (:func:`gemm_tactics`, INT8 ``wgmma``).
+FAST_PREFIXES = ("wgmma_", "tf32_", "simt")
 #: Block count under which a GPU is not filled (132 SMs on an H200).
 FILL_BLOCKS = 132
 
@@ -48,7 +50,7 @@ def _present(ins, index):
 
 def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                     alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None,
-                    zero_points: bool = False, symmetric: bool = True, b_value=None) -> list[Tactic]:
+                    zero_points: bool = False, symmetric: bool = True, b_value=None, wanted=None) -> list[Tactic]:
     """The tiled tactics and the direct one for a planned product, best first, each
     applying ``epilogue`` at its store.
 
@@ -57,7 +59,9 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
     The node's own inputs are ``ins[:epilogue.first]``; the epilogue's tensors follow.
     ``symmetric``: both zero points are absent or known zeros (INT8 tensor-core tactics
     then need no correction). ``b_value``: B when it is a known constant (FP16 and INT8
-    tensor-core tactics may hold it transposed).
+    tensor-core tactics may hold it transposed). ``wanted``: a tactic's identity; the
+    tensor-core families whose names cannot match are then not made
+    (:meth:`plugrt.registry.Registry.tactics`).
     """
     key = (np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype), bool(zero_points))
     nb, m, n = int(meta[NB]), int(meta[M_]), int(meta[N_])
@@ -101,13 +105,16 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         tactics[:0] = [make(f"gemv_{kind}", {"kind": kind}, gemv.gemv_kernel(*key[:3], kind == "columns", epilogue.fn),
                             lambda c=(kind == "columns"): (gemv.gemv_grid(meta, c, cap), gemv.THREADS))
                        for kind in ("kdot", "columns")]
-    if zero_points:  # MatMulInteger: the plain tiled tactic first, the tuner's reference
+    name = None if wanted is None else str(wanted["name"])
+    if name is not None and not name.startswith(FAST_PREFIXES):
+        fast, lead = [], 0  # (a tiled, direct or gemv tactic is looked for)
+    elif zero_points:  # MatMulInteger: the plain tiled tactic first, the tuner's reference
         fast = wgmma_int8_tactics(a_dtype, b_dtype, meta, offs, epilogue=epilogue, symmetric=symmetric,
                                   b_value=b_value, fallback=tactics[0])
         lead = 1
     else:
         fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
-                            c_index=c_index, b_value=b_value, fallback=tactics[0])
+                            c_index=c_index, b_value=b_value, fallback=tactics[0], wanted=name)
         lead = 0
     if not simulated():
         return tactics[:lead] + fast + tactics[lead:]
@@ -119,15 +126,21 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
 
 def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, b_value=None,
-                 fallback: Tactic | None = None) -> list[Tactic]:
+                 fallback: Tactic | None = None, wanted: str | None = None) -> list[Tactic]:
     """The GEMM family for big products, best first: FP16 on Hopper's ``wgmma`` (FP16
     operands), TF32 tensor cores (float32; ``math="tf32"``, dropped by the tuner when TF32
     is off; ``wgmma`` first, then ``mma.sync``), then SIMT SGEMM; each only where its tile
     suits the product (see :func:`.simt.fits`); last the ``wgmma`` tiles' ragged twins
-    (:data:`.simt.RAGGED`), offered at every size for a dynamic profile's other shapes."""
+    (:data:`.simt.RAGGED`), offered at every size for a dynamic profile's other shapes.
+    ``wanted``: a tactic name; only the family that names its tactics so is made."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    found = (wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value, fallback=fallback, **kw)
-             + wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
-             + tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)
-             + simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw))
+    families = (("wgmma_f16_", lambda: wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value,
+                                                          fallback=fallback, **kw)),
+                ("wgmma_", lambda: wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)),
+                ("tf32_", lambda: tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)),
+                ("simt", lambda: simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)))
+    if wanted is not None:
+        prefix = next((p for p, _ in families if wanted.startswith(p)), None)
+        families = tuple(f for f in families if f[0] == prefix)
+    found = [t for _, make in families for t in make()]
     return [t for t in found if not t.name.endswith(RAGGED)] + [t for t in found if t.name.endswith(RAGGED)]

@@ -20,6 +20,7 @@ binding moves them with the binding.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Mapping
 
@@ -323,10 +324,10 @@ class Specialization:
         owner = self.shared.get(name)
         if owner is not None:
             return self._tensor(context, owner).reshape(shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * info.dtype.itemsize
+        nbytes = math.prod(shape) * info.dtype.itemsize
         offset = context.engine.offsets.get(name)
         planned = context.engine.shapes.get("max", {}).get(name)
-        fits = planned is not None and nbytes <= int(np.prod(planned, dtype=np.int64)) * info.dtype.itemsize
+        fits = planned is not None and nbytes <= math.prod(int(d) for d in planned) * info.dtype.itemsize
         if offset is None or nbytes == 0 or not fits:
             if name not in self._own:
                 self._own[name] = cuda.device_array(shape, info.dtype)
@@ -378,11 +379,15 @@ def find_tactic(registry, node, graph, identity: dict):
     op = registry.op(node)
     ins = [graph.info(name) if name else None for name in node.inputs]
     outs = [graph.info(name) for name in node.outputs if name]
-    offered = registry.tactics(op, node, ins, outs)
-    tactics = [t for t in offered if t.provider == identity.get("provider")] or offered
-    named = [t for t in tactics if t.name == identity["name"]]
-    exact = [t for t in named if dict(t.params) == identity["params"]]
-    chosen = (exact or named or tactics or [None])[0]
+    chosen = None
+    for wanted in (identity, None):  # (its supplier asked for it alone; else every tactic)
+        offered = registry.tactics(op, node, ins, outs, wanted=wanted)
+        tactics = [t for t in offered if t.provider == identity.get("provider")] or offered
+        named = [t for t in tactics if t.name == identity["name"]]
+        exact = [t for t in named if dict(t.params) == identity["params"]]
+        chosen = (exact or named or ([] if wanted else tactics) or [None])[0]
+        if chosen is not None:
+            break
     if chosen is None:
         raise PlugrtError(f"{node.describe()}: plugin {type(op).__name__} offers no CUDA tactic for these shapes")
     return chosen

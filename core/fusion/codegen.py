@@ -18,7 +18,7 @@ math is the plugins'; this module only writes the loads, the calls and the store
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from numba import cuda
@@ -272,19 +272,23 @@ def vectorizable(program: Program, outputs: Sequence[Any]) -> bool:
 VECTOR_UNROLLS = (1, 2)
 
 
-def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwise") -> list[Tactic]:
+def chain_tactics(program: Program, outputs: Sequence[Any], name: str = "pointwise",
+                  wanted: Mapping | None = None) -> list[Tactic]:
     """Every tactic for ``program``: the scalar grid-stride kernel first, then (where
     :func:`vectorizable`) the 16-byte vector variants the tuner may prefer, and last the
     ``general`` one, whose code is the same at every shape of the same ranks (the kernel a
-    dynamic profile's other shapes run, :mod:`plugrt.engine.generic`)."""
-    found = [chain_tactic(program, outputs, name)]
+    dynamic profile's other shapes run, :mod:`plugrt.engine.generic`). ``wanted``: only the
+    one of that identity's name (:meth:`plugrt.registry.Registry.tactics`)."""
+    named = (lambda label: True) if wanted is None else (lambda label: label == wanted["name"])
+    found = [chain_tactic(program, outputs, name)] if named(name) else []
     if vectorizable(program, outputs) and int(np.prod([int(d) for d in outputs[0].shape], dtype=np.int64)) >= 4:
         found += [chain_tactic(program, outputs, f"{name}_vec4x{unroll}", unroll, vector=True)
-                  for unroll in VECTOR_UNROLLS]
+                  for unroll in VECTOR_UNROLLS if named(f"{name}_vec4x{unroll}")]
     elif vectorizable8(program, outputs):
         found += [chain_tactic(program, outputs, f"{name}_vec8x{unroll}", unroll, vector=VECTOR)
-                  for unroll in VECTOR_UNROLLS]
-    return found + [chain_tactic(program, outputs, f"{name}_general", 1, general=True)]
+                  for unroll in VECTOR_UNROLLS if named(f"{name}_vec8x{unroll}")]
+    general = f"{name}_general"
+    return found + ([chain_tactic(program, outputs, general, 1, general=True)] if named(general) else [])
 
 
 def chain_tactic(program: Program, outputs: Sequence[Any], name: str = "pointwise", unroll: int | None = None,
@@ -375,8 +379,9 @@ def pointwise_tactic(fn: Callable, inputs: Sequence[Any], output: Any, name: str
     return chain_tactic(Program(tuple(inputs), (step,), (0,)), [output], name)
 
 
-def pointwise_tactics(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise") -> list[Tactic]:
+def pointwise_tactics(fn: Callable, inputs: Sequence[Any], output: Any, name: str = "pointwise",
+                      wanted: Mapping | None = None) -> list[Tactic]:
     """:func:`pointwise_tactic` first, then its 16-byte vector variants where they apply
-    (:func:`chain_tactics`); the tuner times them."""
+    (:func:`chain_tactics`); the tuner times them. ``wanted``: as for :func:`chain_tactics`."""
     step = Step(fn, tuple(("leaf", k) for k, info in enumerate(inputs) if info is not None))
-    return chain_tactics(Program(tuple(inputs), (step,), (0,)), [output], name)
+    return chain_tactics(Program(tuple(inputs), (step,), (0,)), [output], name, wanted)

@@ -89,7 +89,7 @@ class FusedOp(OpPlugin):
             env.update((name, value) for name, value in zip(inner.outputs, results) if name)
         return env
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         body = body_nodes(node)
         infos = self._run(node, inputs, _infer)
         first = self.registry.op(body[0])
@@ -101,10 +101,10 @@ class FusedOp(OpPlugin):
             out = infos[anchor.outputs[0]]
             _same_shapes(node, [out] + list(outputs))
             fused = codegen.epilogue(program, out.shape, count, label(node))
-            return self.registry.tactics(first, anchor, list(inputs[:count]), [out], epilogue=fused)
+            return self.registry.tactics(first, anchor, list(inputs[:count]), [out], epilogue=fused, wanted=wanted)
         _same_shapes(node, outputs)
         program = self._program(body, node.inputs, inputs, infos, None, node.outputs)
-        return codegen.chain_tactics(program, outputs, "fused_pointwise")
+        return codegen.chain_tactics(program, outputs, "fused_pointwise", wanted)
 
     def _program(self, steps: list[Node], leaf_names, leaf_infos, infos: dict, value: str | None, results) -> Program:
         """The body's pointwise nodes as a :class:`Program` over the given leaves."""

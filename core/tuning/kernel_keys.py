@@ -44,7 +44,46 @@ HASHED_VALUE_BYTES = 64 * 1024
 
 def layer_key(registry, node, graph, tactic) -> str | None:
     """The key of ``node``'s kernels under ``tactic`` at ``graph``'s concrete shapes, or
-    ``None`` where the kernels cannot be named (they are then always compiled)."""
+    ``None`` where the kernels cannot be named (they are then always compiled).
+
+    No shape enters it, so it is remembered per registry, node, tactic and the dtypes,
+    ranks and constants of the node's tensors: a new shape's specialization finds every
+    layer's key again without hashing. (Package fingerprints are read once per process;
+    :func:`forget` drops what was remembered.)"""
+    tensors = tuple(_signature(graph, name) for name in node.inputs + node.outputs)
+    memo = (id(registry), id(node), tactic.name, repr(tactic.params), getattr(tactic, "math", ""),
+            repr(getattr(tactic, "source", None)), tensors)
+    found = _keys.get(memo)
+    if found is not None and found[0] is registry and found[1] is node:
+        return found[2]
+    key = _layer_key(registry, node, graph, tactic)
+    if len(_keys) >= _SPELLINGS:
+        _keys.clear()
+    _keys[memo] = (registry, node, key, [graph.info(name).value for name in node.inputs if name])
+    return key
+
+
+def forget() -> None:
+    """Drop :func:`layer_key`'s memo (after changing what a key is made from in-process)."""
+    _keys.clear()
+    _spellings.clear()
+
+
+def _signature(graph, name: str) -> tuple | None:
+    """What :func:`_tensor` reads of a tensor: a constant's value by identity (kept alive
+    by :data:`_keys` beside the key)."""
+    if not name:
+        return None
+    info = graph.info(name)
+    known = graph.values[name].const is not None and info.value is not None
+    return (np.dtype(info.dtype).str, len(info.shape), id(info.value) if known else None)
+
+
+#: :func:`layer_key`'s memo: -> (registry, node, key, the node's constants).
+_keys: dict[tuple, tuple] = {}
+
+
+def _layer_key(registry, node, graph, tactic) -> str | None:
     source = dict(tactic.source) if getattr(tactic, "source", None) else None
     try:
         op = registry.op(node)
