@@ -8,21 +8,27 @@ import pytest
 from plugrt import ShapeError, UnsupportedError
 from plugrt.onnx.importer import import_model
 from plugrt.registry import default_registry
-from plugrt.testing import check_plugin, single_node_model
+from plugrt.device import describe
+from plugrt.testing import ConformanceError, ConformanceReport, conformance_cases, single_node_model
+from plugrt_contrib_attention.op import MultiHeadAttention
 
 
-def test_conformance():
-    report = check_plugin("contrib-attention")
-    assert report.ok and report.results
+#: The plugin's examples, each its own test (the kit's cases of one example share its runs;
+#: one test of them all would be the suite's longest, on one core).
+EXAMPLES = len(MultiHeadAttention().examples())
 
 
-def test_registered_through_the_entry_point():
-    registry = default_registry()
-    record = registry.plugins["contrib-attention"]
-    assert record.distribution == "plugrt-contrib-attention"
-    assert [op.op_type for op in record.ops] == ["MultiHeadAttention"]
-    assert [p.name for p in record.passes] == ["fuse_attention", "read_seq_first", "pack_projections"]
-    assert not [failure for failure in registry.failures if failure.name == "contrib-attention"]
+@pytest.mark.parametrize("index", range(EXAMPLES))
+def test_conformance(index):
+    cases = conformance_cases("contrib-attention")
+    labels = list(dict.fromkeys(case.example for case in cases if case.example))
+    assert len(labels) == EXAMPLES
+    chosen = [case for case in cases if case.example == labels[index] or (not case.example and index == 0)]
+    report = ConformanceReport(["contrib-attention"], 0, describe())
+    report.results = [case.run() for case in chosen]
+    if not report.ok:
+        raise ConformanceError(report.failures, report)
+    assert {r.check for r in report.results} >= {"infer", "tactics", "guards", "plan"}
 
 
 def load(attrs=None, **feeds):
