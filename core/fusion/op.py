@@ -73,10 +73,25 @@ class FusedOp(OpPlugin):
 
     def __init__(self, registry):
         self.registry = registry
+        #: id(node) -> (node, inputs, env): the body's inference at the inputs last inferred,
+        #: which a specialization's ``tactics`` call reads again (the same TensorInfo objects).
+        self._inferred: dict[int, tuple] = {}
 
     def infer(self, node, inputs):
         env = self._run(node, inputs, _infer)
+        if len(self._inferred) >= 4096:
+            self._inferred.clear()
+        self._inferred[id(node)] = (node, tuple(inputs), env)
         return [env[name] for name in node.outputs]
+
+    def _infos(self, node, inputs) -> dict:
+        """The body's TensorInfo of every value at ``inputs``: remembered from :meth:`infer`
+        at the very same input objects, else inferred."""
+        found = self._inferred.get(id(node))
+        if found is not None and found[0] is node and len(found[1]) == len(inputs) \
+                and all(a is b for a, b in zip(found[1], inputs)):
+            return found[2]
+        return self._run(node, inputs, _infer)
 
     def reference(self, node, inputs):
         env = self._run(node, inputs, lambda op, inner, args: op.reference(inner, args))
@@ -91,7 +106,7 @@ class FusedOp(OpPlugin):
 
     def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         body = body_nodes(node)
-        infos = self._run(node, inputs, _infer)
+        infos = self._infos(node, inputs)
         first = self.registry.op(body[0])
         if ANCHOR in first.groups:
             anchor = body[0]

@@ -185,7 +185,7 @@ class Graph:
     def copy(self) -> "Graph":
         other = Graph(self.name, self.opsets)
         other.nodes = list(self.nodes)
-        other.values = {k: dataclasses.replace(v) for k, v in self.values.items()}
+        other.values = {k: Value(v.name, v.info, v.const) for k, v in self.values.items()}
         other.inputs = list(self.inputs)
         other.outputs = list(self.outputs)
         other.sample_inputs = list(self.sample_inputs)
