@@ -147,6 +147,35 @@ def test_every_precision_and_format_matches_onnxruntime(rng, fp16, layout):
     assert formats == ({"channels_last"} if layout == "channels_last" else {"linear"})
 
 
+def test_the_stem_may_run_as_an_explicit_im2col_and_gemm(rng, tmp_path, monkeypatch):
+    """A stem's 3 channels, padded to 8, leave 5/8 of its K unused: it is offered as an
+    explicit im2col (K packed to the 27 real taps, 32) and a GEMM. A tuner that finds it
+    fastest keeps it; the FP16 engine matches onnxruntime, in memory and from its plan."""
+    monkeypatch.setattr(channels_last, "MIN_CONVS", 1)
+    w = (rng.standard_normal((8, 3, 3, 3)) / 5).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 1], strides=[2, 2], name="stem"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+
+    def measure(run):
+        run.enqueue(0)
+        return 0.5 if run.tactic.name.startswith("im2col_") else 1.0
+
+    engine = Builder(measure=measure).build_engine(model, BuilderConfig(progress=False, fp16=True))
+    stem = next(layer for layer in engine.inspect()["layers"] if layer["name"].startswith("stem + "))
+    assert stem["tactic"].startswith("im2col_") and stem["format"] == "channels_last", stem
+    engine.save(str(tmp_path / "stem.plan"))
+    for built in (engine, Engine.load(str(tmp_path / "stem.plan"))):
+        got = built.create_execution_context().execute({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
 def mobile_dense_net(rng):
     """A MobileNet block (1x1, depthwise 3x3, 1x1) and a 3x3 branch concatenated on the
     channels (DenseNet, U-Net), then a 3x3 conv."""

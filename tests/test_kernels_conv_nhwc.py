@@ -164,7 +164,7 @@ def test_wgmma_nhwc_on_the_gpu(rng, dtype, x_shape, w_shape, attrs):
 def test_nhwc_kernels_compile_for_the_gpu():
     """sm_90 typing of the production kernels (the simulator does not type them): the
     gathering wgmma GEMM in FP16 and TF32 with a residual epilogue, whole and ragged
-    tiles, with and without K split; the plain kernel."""
+    tiles, with and without K split; the plain kernel; the first layers' im2col."""
     from cuda_typing import compile_kernels
 
     failures = compile_kernels("""
@@ -199,6 +199,8 @@ def test_nhwc_kernels_compile_for_the_gpu():
         for dt in (f16, f32):
             check(f"direct_nhwc {dt}", N.direct_nhwc_kernel(float32, epi),
                   [dt, dt, dt, dt, types.int64, types.int64, i64, types.Tuple((i64, dt))], True)
+            from plugrt_builtin_ops.conv.im2col import im2col_kernel
+            check(f"im2col {dt}", im2col_kernel(), [dt, dt, i64, types.int64], True)
     """)
     assert not failures, "\\n".join(failures)
 
@@ -213,3 +215,37 @@ def test_tile_order_follows_channels_and_k_depth(monkeypatch):
     assert wide[0].bn == 128 and wide[0].stages > 3 and all(c.bn <= 128 for c in wide)
     assert all(c.bn >= 128 for c in wgmma_nhwc.config_order(512, 72))
     assert {c.name for c in wgmma_nhwc.config_order(100, 3)} == {c.name for c in wgmma_nhwc.GPU_CONFIGS if c.bn <= 64}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("x_shape, w_shape, attrs, used, bias", [
+    # a stem: 3 real channels of 8, 3x3 stride 2, uneven pads, ragged pixels (K 27 -> 32 of 72)
+    ((2, 7, 6, 8), (16, 3, 3, 8), {"pads": [1, 0, 1, 1], "strides": [2, 2]}, 3, True),
+    # grayscale: 1 real channel of 8, 5x5 with dilation (K 25 -> 32 of 200), no bias
+    ((1, 9, 8, 8), (8, 5, 5, 8), {"pads": [2, 2, 2, 2], "dilations": [1, 2]}, 1, False),
+])
+def test_a_first_layer_runs_as_an_explicit_im2col_and_gemm(rng, dtype, x_shape, w_shape, attrs, used, bias):
+    """A ConvNHWC whose weight is zero on the padded channels gets the im2col tactic
+    (:mod:`plugrt_builtin_ops.conv.im2col`): K packed without them, then a GEMM with the
+    bias at its store; it matches Conv's reference whatever the padded input channels
+    hold (random here, as they never count)."""
+    graph, feeds = nhwc_graph(rng, x_shape, w_shape, attrs, dtype, bias=bias)
+    feeds["w"][..., used:] = 0
+    model = single_node_model("ConvNHWC", feeds, attrs, constants=("w", "b"), domain="plugrt.conv", opset=1)
+    graph = import_model(model, registry=default_registry())
+    packed = tactics_named(graph, "im2col_")
+    assert packed, [t.name for t in node_tactics(graph, default_registry())]
+    real = w_shape[1] * w_shape[2] * used
+    assert packed[0].params["packed_k"] == real + (-real % 8)
+    want = nchw_reference(feeds, attrs)
+    for tactic in packed:
+        close(run_tactic(graph, tactic, {"x": feeds["x"]})[0], want, dtype, tactic.name)
+
+
+def test_im2col_is_not_offered_where_every_channel_counts(rng):
+    graph, _ = nhwc_graph(rng, (1, 5, 5, 8), (8, 3, 3, 8), {"pads": [1, 1, 1, 1]}, np.float16)
+    assert not tactics_named(graph, "im2col_")
+    from plugrt_builtin_ops.conv.im2col import used_channels
+    w = np.zeros((4, 3, 3, 8))
+    w[1, 2, 0, 5] = 1
+    assert used_channels(w) == 6 and used_channels(None) is None

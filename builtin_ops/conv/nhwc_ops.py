@@ -71,7 +71,7 @@ class ConvNHWC(ChannelsLast, Conv):
         """:func:`.wgmma_nhwc.nhwc_tactics`; each applies ``epilogue`` at its final store."""
         geo = self._kernel_geometry(node, inputs, outputs)
         return nhwc_tactics(geo, inputs[0].dtype, epilogue or no_epilogue(len(node.inputs)), len(node.inputs) > 2
-                            and node.inputs[2] != "")
+                            and node.inputs[2] != "", inputs[1].value)
 
     def examples(self):
         f32, f16 = np.dtype(np.float32), np.dtype(np.float16)

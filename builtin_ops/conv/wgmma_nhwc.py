@@ -34,8 +34,10 @@ from plugrt_builtin_ops.matmul.simt import RAGGED, choose_splits, is_even
 from plugrt_builtin_ops.matmul.store import gemm_launches, staging_bytes
 from plugrt_builtin_ops.matmul.wgmma import BK, WgmmaConfig, hopper, wgmma_kernel, wgmma_tactics
 from plugrt_builtin_ops.matmul.wgmma_f16 import wgmma_half_tactics
+from plugrt_builtin_ops.matmul.tactics import product_tactics
 from plugrt_builtin_ops.matmul.wgmma_intrinsics import copy_ops
 
+from .im2col import gemm_meta, im2col_tactics
 from .geometry import (
     G2_C, G2_CG, G2_DH, G2_DW, G2_H, G2_KH, G2_KW, G2_M, G2_MG, G2_OH, G2_OW, G2_PH, G2_PW, G2_SH, G2_SW, G2_W,
     ConvGeometry, bias_or_dummy, compute_type, geometry_2d,
@@ -148,12 +150,13 @@ def gather_meta(geo: ConvGeometry, itemsize: int, has_bias: bool) -> np.ndarray:
 SHORT_K_TILES = 9
 
 
-def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -> list[Tactic]:
+def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, weight=None) -> list[Tactic]:
     """Every tactic of a ConvNHWC node, best guess first (the tuner times only the first
-    few at the default optimization level): on a Hopper GPU a 1x1's plain GEMMs, then the
-    wgmma implicit GEMM (FP16, or TF32 for float32) in :func:`config_order`, each with K
-    split first where the output tiles cannot fill the GPU, then
-    :func:`direct_nhwc_tactic` (first in the simulator)."""
+    few at the default optimization level): on a Hopper GPU a first layer's explicit
+    im2col and GEMM where its weight (``weight``, the constant) leaves padded channels
+    unused (:mod:`.im2col`), a 1x1's plain GEMMs, then the wgmma implicit GEMM (FP16, or
+    TF32 for float32) in :func:`config_order`, each with K split first where the output
+    tiles cannot fill the GPU, then :func:`direct_nhwc_tactic` (first in the simulator)."""
     direct = direct_nhwc_tactic(geo, dtype, epilogue)
     dtype = np.dtype(dtype)
     if not (geo.rank in (1, 2) and geo.group == 1 and dtype in (np.float16, np.float32) and hopper()):
@@ -162,6 +165,8 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
     if geo.in_channels % (8 if half else 4):
         return [renamed(direct, "", FORMAT)]
     plain = _plain_gemm(geo, dtype, epilogue, has_bias, direct) if is_pointwise(geo) else []
+    packed = im2col_tactics(geo, dtype, epilogue, has_bias, weight,
+                            lambda meta, offs: _packed_gemms(meta, offs, dtype, epilogue, has_bias))
     meta = gather_meta(geo, dtype.itemsize, has_bias)
     bk = 2 * BK if half else BK
     gathered, twins = [], [t for t in plain if t.name.endswith(RAGGED)]
@@ -173,7 +178,8 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool) -
             twins.append(_gather_tactic(config, meta, half, 1, epilogue, has_bias, direct, ragged=True))
     plain = [t for t in plain if not t.name.endswith(RAGGED)]
     # (Last, the ragged twins: the same kernels at every batch of a dynamic profile.)
-    found = [direct] + gathered + plain + twins if simulated() else plain + gathered + [direct] + twins
+    found = ([direct] + gathered + plain + packed + twins if simulated()
+             else packed[:1] + plain + gathered + packed[1:] + [direct] + twins)
     return [renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
 
 
@@ -199,14 +205,7 @@ def pointwise_meta(geo: ConvGeometry, has_bias: bool) -> np.ndarray:
     """The matmul family's ``meta`` of a pointwise convolution (:func:`is_pointwise`): X
     ``[N*H*W, C]`` by W ``[M, C]`` (K-contiguous, as ``wgmma`` reads it), the bias as
     Gemm's C broadcast along rows."""
-    meta = np.zeros(META_LEN, np.int64)
-    c, m = geo.in_channels, geo.out_channels
-    meta[[NB, M_, N_, K_]] = 1, geo.batch * int(np.prod(geo.in_spatial)), m, c
-    meta[[SAM, SAK, SBK, SBN]] = c, 1, 1, c
-    meta[A_KC] = 1
-    if has_bias:
-        meta[[USE_C, SCM, SCN]] = 1, 0, 1
-    return meta
+    return gemm_meta(geo.batch * int(np.prod(geo.in_spatial)), geo.out_channels, geo.in_channels, has_bias)
 
 
 def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
@@ -217,6 +216,22 @@ def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fa
         return [renamed(t, "gemm_1x1_") for t in wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback,
                                                                        **kw)]
     return [renamed(t, "gemm_1x1_") for t in wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)]
+
+
+def _packed_gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bias: bool) -> list[Tactic]:
+    """The GEMMs of :mod:`.im2col`'s packed product, best first: on a GPU the first two
+    wgmma tiles (FP16, or TF32 for float32), each falling back to the plain tiled GEMM;
+    in the simulator that tiled GEMM alone."""
+    kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
+    tiled = [t for t in product_tactics(dtype, dtype, dtype, meta, offs, **kw) if t.name.startswith("tiled")][:1]
+    if simulated():
+        return tiled
+    fallback = tiled[0] if tiled else None
+    if dtype == np.float16:
+        found = wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback, **kw)
+    else:
+        found = wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)
+    return [t for t in found if not t.name.endswith(RAGGED)][:2]
 
 
 def renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:
