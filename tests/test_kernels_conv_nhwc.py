@@ -249,3 +249,22 @@ def test_im2col_is_not_offered_where_every_channel_counts(rng):
     w = np.zeros((4, 3, 3, 8))
     w[1, 2, 0, 5] = 1
     assert used_channels(w) == 6 and used_channels(None) is None
+
+
+def test_a_1x1_with_one_k_tile_leads_with_a_shallow_ring(monkeypatch):
+    """A bottleneck's first 1x1 (64 -> 256 channels: K is one FP16 tile) runs as a plain
+    GEMM on :func:`config_order`'s tiles: a 3-stage ring first (two blocks an SM), the
+    deep ones after; a long K (1024 channels) keeps the deep rings first."""
+    from plugrt.kernels import no_epilogue
+    from plugrt_builtin_ops.conv.geometry import ConvGeometry
+
+    monkeypatch.setattr(wgmma_nhwc, "configs", lambda: wgmma_nhwc.GPU_CONFIGS)
+
+    def plain(cin, cout):
+        geo = ConvGeometry(32, cin, cout, 1, (14, 14), (1, 1), (14, 14), (1, 1), (1, 1), (0, 0))
+        tactics = wgmma_nhwc._plain_gemm(geo, np.dtype(np.float16), no_epilogue(3), True, None)
+        return [t.name for t in tactics if not t.name.endswith("_ragged")]
+
+    short, long = plain(64, 256), plain(1024, 256)
+    assert short[0].endswith("_s3") and any(name.endswith(("_s4", "_s5")) for name in short), short
+    assert not long[0].endswith("_s3"), long

@@ -209,13 +209,22 @@ def pointwise_meta(geo: ConvGeometry, has_bias: bool) -> np.ndarray:
 
 
 def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
-    """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``."""
+    """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``,
+    on the tiles :func:`config_order` picks for its channels and K (a ResNet bottleneck's
+    first 1x1 has one K tile: shallow rings, two or three blocks an SM, first)."""
     meta, offs = pointwise_meta(geo, has_bias), np.zeros(OFFS_W, np.int64)
+    return [renamed(t, "gemm_1x1_") for t in _gemms(meta, offs, dtype, epilogue, has_bias, fallback)]
+
+
+def _gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bias: bool, fallback) -> list[Tactic]:
+    """The matmul family's wgmma GEMMs of a convolution's product ``meta`` (FP16, or TF32
+    for float32), on the tiles :func:`config_order` picks for its N and K."""
     kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
-    if dtype == np.float16:
-        return [renamed(t, "gemm_1x1_") for t in wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback,
-                                                                       **kw)]
-    return [renamed(t, "gemm_1x1_") for t in wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)]
+    half = dtype == np.float16
+    configs = config_order(int(meta[N_]), -(-int(meta[K_]) // (2 * BK if half else BK)))
+    if half:
+        return wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback, configs=configs, **kw)
+    return wgmma_tactics(dtype, dtype, dtype, meta, offs, configs=configs, **kw)
 
 
 def _packed_gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bias: bool) -> list[Tactic]:
@@ -226,11 +235,7 @@ def _packed_gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue,
     tiled = [t for t in product_tactics(dtype, dtype, dtype, meta, offs, **kw) if t.name.startswith("tiled")][:1]
     if simulated():
         return tiled
-    fallback = tiled[0] if tiled else None
-    if dtype == np.float16:
-        found = wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback, **kw)
-    else:
-        found = wgmma_tactics(dtype, dtype, dtype, meta, offs, **kw)
+    found = _gemms(meta, offs, dtype, epilogue, has_bias, tiled[0] if tiled else None)
     return [t for t in found if not t.name.endswith(RAGGED)][:2]
 
 

@@ -425,16 +425,16 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, *, epi
 
 
 def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
-                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None) -> list[Tactic]:
+                  alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, configs=None) -> list[Tactic]:
     """The wgmma tactics valid for a planned float32 product on a Hopper GPU (or the
     simulator), split-K first when the output tiles alone cannot fill the GPU; last, each
     tile's ragged twin, offered at every size (the kernels of a dynamic profile's other
-    shapes)."""
+    shapes). ``configs``: the tiles, best first (default :data:`WGMMA_CONFIGS`)."""
     if not is_float32(a_dtype, b_dtype, out_dtype) or operand_layouts(meta, offs) is None or not hopper():
         return []
-    whole, split = [], []
+    whole, split, configs = [], [], tuple(configs or WGMMA_CONFIGS)
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    for config in WGMMA_CONFIGS:
+    for config in configs:
         if not fits(meta, config.bm, config.bn):
             continue
         splits = choose_splits(meta, config.bm, config.bn, BK)
@@ -445,6 +445,6 @@ def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarra
     # (On a GPU: in the simulator, where the MMAs are emulated, the tiled kernels serve every size.)
     twins = [wgmma_tactic(config, meta, offs, fallback=fallback, ragged=True, split_twin=split_twin,
                           splits=twin_splits(meta, config, BK) if split_twin else 1, **kw)
-             for split_twin in (False, True) for config in WGMMA_CONFIGS
+             for split_twin in (False, True) for config in configs
              if grid_fits(meta, config.bm) and not simulated()]
     return split + whole + twins

@@ -31,11 +31,13 @@ def _half_chunks(row_stride: int, k_stride: int, k: int, offsets: np.ndarray) ->
 
 def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray, *, epilogue: Epilogue,
                        alpha: float = 1.0, beta: float = 0.0, c_index: int | None = None, b_value=None,
-                       fallback: Tactic | None = None, emulated: bool | None = None) -> list[Tactic]:
+                       fallback: Tactic | None = None, emulated: bool | None = None,
+                       configs=None) -> list[Tactic]:
     """The FP16 wgmma tactics (float32 accumulation, FP16 or float32 out) of a planned
     product on a Hopper GPU (or the simulator): A K-contiguous in 16-byte chunks; B too, or
     a constant ``[K, N]`` (``b_value``, a MatMul's weight), which the tactic holds
-    transposed, ``[N, K]``. An operand not 16-byte aligned at launch runs ``fallback``."""
+    transposed, ``[N, K]``. An operand not 16-byte aligned at launch runs ``fallback``.
+    ``configs``: the tiles, best first (default :data:`.wgmma.WGMMA_CONFIGS`)."""
     half = np.dtype(np.float16)
     if np.dtype(a_dtype) != half or np.dtype(b_dtype) != half or np.dtype(out_dtype) not in (half, np.float32):
         return []
@@ -59,10 +61,10 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
             b = held.device()
         return a.view(np.float32), b.view(np.float32)
 
-    found = []
     from . import wgmma
 
-    for config in wgmma.WGMMA_CONFIGS:
+    found, configs = [], tuple(configs or wgmma.WGMMA_CONFIGS)
+    for config in configs:
         if not fits(meta, config.bm, config.bn):
             continue
         splits = choose_splits(meta, config.bm, config.bn, HALF_BK)
@@ -74,7 +76,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
     return found + [_half_tactic(config, meta, offs, operands, held is not None,
                                  twin_splits(meta, config, HALF_BK) if split_twin else 1, epilogue, alpha, beta,
                                  c_index, fallback, emulated, ragged=True, split_twin=split_twin)
-                    for split_twin in (False, True) for config in wgmma.WGMMA_CONFIGS
+                    for split_twin in (False, True) for config in configs
                     if grid_fits(meta, config.bm) and not simulated()]
 
 
