@@ -47,6 +47,9 @@ def build(model: dict, plan: str, cache: str, batch: int, fp16: bool, level: str
                "--optimization-level", level, "--min-shapes", shape, "--opt-shapes", shape, "--max-shapes", shape]
     if fp16:
         command.append("--fp16")
+    if os.environ.get("PLUGRT_BENCH_TIMING_DIR"):  # each tactic's time, for a look at what the tuner chose from
+        command += ["--timing-cache", os.path.join(os.environ["PLUGRT_BENCH_TIMING_DIR"],
+                                                   f"{os.path.basename(plan)}.timing.json")]
     if channels_last_io(model, fp16):
         command += CHANNELS_LAST_IO
     started = time.perf_counter()
@@ -67,7 +70,7 @@ def plugrt_run(plan: str, model: dict, batch: int, profile: bool = False) -> tup
     engine = Engine.load(plan)
     x = feeds_for(model, batch)
     binding = engine.graph.info(model["input"])
-    if tuple(binding.shape[1:]) == x.shape[2:] + x.shape[1:2]:  # a channels-last binding (CHANNELS_LAST_IO)
+    if x.ndim == 4 and tuple(binding.shape[1:]) == x.shape[2:] + x.shape[1:2]:  # a channels-last binding (CHANNELS_LAST_IO)
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     x = x.astype(binding.dtype)
     with engine.create_execution_context() as ctx:

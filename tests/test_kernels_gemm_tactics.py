@@ -471,3 +471,6 @@ def test_a_product_asked_for_one_tactic_makes_only_its_family(dtype):
                                                wanted=tactic.identity())
         assert [t.identity() for t in asked].count(tactic.identity()) == 1
         assert {_family(t.name) for t in asked} - {None} <= {_family(tactic.name)} - {None}, tactic.name
+        if tactic.name.startswith("wgmma_"):  # (and of the family, only its tile)
+            tile = "_".join(tactic.name.split("_")[:4 if tactic.name.startswith("wgmma_f16_") else 3])
+            assert all(t.name.startswith(tile) for t in asked if _family(t.name)), (tactic.name, [t.name for t in asked])

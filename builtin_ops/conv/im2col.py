@@ -10,6 +10,11 @@ kh*kw*C_used rounded up to whole chunks), one 16-byte chunk per thread
 (:func:`im2col_kernel`), and the matmul family's GEMM multiplies it by the packed weight
 ``W_col [M, Kp]`` (K-contiguous, as ``wgmma`` reads it), the bias and the epilogue fused
 at its store. :func:`im2col_tactics` offers it where packing drops at least a third of K.
+
+Measured on an H100 (ResNet-50's stem at batch 32, FP16): 0.669 ms against the implicit
+GEMM's 0.293 (TF32: 0.733 against 0.423): writing and reading ``X_col`` (122 MB) costs more
+than the wasted MMAs save. So it comes after the implicit GEMM's tiles (timed at
+optimization level 5), for the shapes where it may still win.
 """
 
 from __future__ import annotations

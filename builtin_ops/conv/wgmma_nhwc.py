@@ -152,11 +152,12 @@ SHORT_K_TILES = 9
 
 def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, weight=None) -> list[Tactic]:
     """Every tactic of a ConvNHWC node, best guess first (the tuner times only the first
-    few at the default optimization level): on a Hopper GPU a first layer's explicit
+    few at the default optimization level): on a Hopper GPU a 1x1's plain GEMMs, then the
+    wgmma implicit GEMM (FP16, or TF32 for float32) in :func:`config_order`, each with K
+    split first where the output tiles cannot fill the GPU, then a first layer's explicit
     im2col and GEMM where its weight (``weight``, the constant) leaves padded channels
-    unused (:mod:`.im2col`), a 1x1's plain GEMMs, then the wgmma implicit GEMM (FP16, or
-    TF32 for float32) in :func:`config_order`, each with K split first where the output
-    tiles cannot fill the GPU, then :func:`direct_nhwc_tactic` (first in the simulator)."""
+    unused (:mod:`.im2col`: timed at level 5), then :func:`direct_nhwc_tactic` (first in
+    the simulator)."""
     direct = direct_nhwc_tactic(geo, dtype, epilogue)
     dtype = np.dtype(dtype)
     if not (geo.rank in (1, 2) and geo.group == 1 and dtype in (np.float16, np.float32) and hopper()):
@@ -179,7 +180,7 @@ def nhwc_tactics(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, w
     plain = [t for t in plain if not t.name.endswith(RAGGED)]
     # (Last, the ragged twins: the same kernels at every batch of a dynamic profile.)
     found = ([direct] + gathered + plain + packed + twins if simulated()
-             else packed[:1] + plain + gathered + packed[1:] + [direct] + twins)
+             else plain + gathered + packed + [direct] + twins)
     return [renamed(t, "", FORMAT) for t in found]  # the emulated MMAs are slow: the plain kernel leads there
 
 
@@ -210,8 +211,10 @@ def pointwise_meta(geo: ConvGeometry, has_bias: bool) -> np.ndarray:
 
 def _plain_gemm(geo: ConvGeometry, dtype, epilogue: Epilogue, has_bias: bool, fallback: Tactic) -> list[Tactic]:
     """A 1x1 convolution as the matmul family's wgmma GEMM: X ``[N*H*W, C]`` by W ``[M, C]``,
-    on the tiles :func:`config_order` picks for its channels and K (a ResNet bottleneck's
-    first 1x1 has one K tile: shallow rings, two or three blocks an SM, first)."""
+    on the tiles :func:`config_order` picks for its channels and K: tiles no wider than 64
+    for 64 channels (ResNet-50's 256 -> 64 at batch 32 on an H100: 128x64 s3 0.023 ms).
+    A one-K-tile 1x1 gets the shallow ring first, though there the deep one won (64 -> 256:
+    s4 0.062 ms, s3 0.074): the tuner times the first three."""
     meta, offs = pointwise_meta(geo, has_bias), np.zeros(OFFS_W, np.int64)
     return [renamed(t, "gemm_1x1_") for t in _gemms(meta, offs, dtype, epilogue, has_bias, fallback)]
 
@@ -221,7 +224,7 @@ def _gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bi
     for float32), on the tiles :func:`config_order` picks for its N and K."""
     kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
     half = dtype == np.float16
-    configs = config_order(int(meta[N_]), -(-int(meta[K_]) // (2 * BK if half else BK)))
+    configs = config_order(int(meta[N_]), -(-int(meta[K_]) // (2 * BK if half else BK))) or None  # (none: the defaults)
     if half:
         return wgmma_half_tactics(dtype, dtype, dtype, meta, offs, fallback=fallback, configs=configs, **kw)
     return wgmma_tactics(dtype, dtype, dtype, meta, offs, configs=configs, **kw)

@@ -23,8 +23,9 @@ from .plan import M_, N_, NB, USE_C, scaling_type
 from .simt import RAGGED, simt_tactics
 from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
+from . import wgmma
 from .wgmma import wgmma_tactics
-from .wgmma_f16 import wgmma_half_tactics
+from .wgmma_f16 import HALF_BK, wgmma_half_tactics
 from .wgmma_int8 import wgmma_int8_tactics
 
 #: Tiled configurations offered on a GPU: (BM, BN, BK, TM, TN). Tests may swap in tiny ones.
@@ -134,9 +135,11 @@ def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
     (:data:`.simt.RAGGED`), offered at every size for a dynamic profile's other shapes.
     ``wanted``: a tactic name; only the family that names its tactics so is made."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
+    half_tiles = _tiles_named(wanted, lambda c: f"wgmma_f16_{c.bm}x{c.bn}x{HALF_BK}_s{c.stages}")
     families = (("wgmma_f16_", lambda: wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value,
-                                                          fallback=fallback, **kw)),
-                ("wgmma_", lambda: wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)),
+                                                          fallback=fallback, configs=half_tiles, **kw)),
+                ("wgmma_", lambda: wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs,
+                                                 configs=_tiles_named(wanted, lambda c: c.name), **kw)),
                 ("tf32_", lambda: tf32_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)),
                 ("simt", lambda: simt_tactics(a_dtype, b_dtype, out_dtype, meta, offs, **kw)))
     if wanted is not None:
@@ -144,3 +147,11 @@ def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
         families = tuple(f for f in families if f[0] == prefix)
     found = [t for _, make in families for t in make()]
     return [t for t in found if not t.name.endswith(RAGGED)] + [t for t in found if t.name.endswith(RAGGED)]
+
+
+def _tiles_named(wanted: str | None, spell) -> tuple | None:
+    """The ``wgmma`` tiles whose tactics a ``wanted`` name can be (``spell(tile)``, then
+    split-K and ragged suffixes); ``None`` (every tile) without one."""
+    if wanted is None:
+        return None
+    return tuple(c for c in wgmma.WGMMA_CONFIGS if wanted == spell(c) or wanted.startswith(spell(c) + "_"))

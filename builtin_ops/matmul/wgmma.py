@@ -429,10 +429,10 @@ def wgmma_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarra
     """The wgmma tactics valid for a planned float32 product on a Hopper GPU (or the
     simulator), split-K first when the output tiles alone cannot fill the GPU; last, each
     tile's ragged twin, offered at every size (the kernels of a dynamic profile's other
-    shapes). ``configs``: the tiles, best first (default :data:`WGMMA_CONFIGS`)."""
+    shapes). ``configs``: the tiles, best first (``None``: :data:`WGMMA_CONFIGS`)."""
     if not is_float32(a_dtype, b_dtype, out_dtype) or operand_layouts(meta, offs) is None or not hopper():
         return []
-    whole, split, configs = [], [], tuple(configs or WGMMA_CONFIGS)
+    whole, split, configs = [], [], WGMMA_CONFIGS if configs is None else tuple(configs)
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
     for config in configs:
         if not fits(meta, config.bm, config.bn):

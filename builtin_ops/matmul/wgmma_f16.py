@@ -37,7 +37,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
     product on a Hopper GPU (or the simulator): A K-contiguous in 16-byte chunks; B too, or
     a constant ``[K, N]`` (``b_value``, a MatMul's weight), which the tactic holds
     transposed, ``[N, K]``. An operand not 16-byte aligned at launch runs ``fallback``.
-    ``configs``: the tiles, best first (default :data:`.wgmma.WGMMA_CONFIGS`)."""
+    ``configs``: the tiles, best first (``None``: :data:`.wgmma.WGMMA_CONFIGS`)."""
     half = np.dtype(np.float16)
     if np.dtype(a_dtype) != half or np.dtype(b_dtype) != half or np.dtype(out_dtype) not in (half, np.float32):
         return []
@@ -63,7 +63,7 @@ def wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.n
 
     from . import wgmma
 
-    found, configs = [], tuple(configs or wgmma.WGMMA_CONFIGS)
+    found, configs = [], wgmma.WGMMA_CONFIGS if configs is None else tuple(configs)
     for config in configs:
         if not fits(meta, config.bm, config.bn):
             continue

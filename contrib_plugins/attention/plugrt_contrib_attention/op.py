@@ -221,7 +221,7 @@ class MultiHeadAttention(OpPlugin):
             out = np.swapaxes(out, 1, 2)
         return [np.ascontiguousarray(out).reshape(merged_shape(b, h, sq, dv, o_l)).astype(inputs[0].dtype)]
 
-    def tactics(self, node, inputs, outputs, epilogue=None):
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
         q, k, v = inputs[:3]
         mask = optional(inputs, 3)
         shapes = AttentionShapes.of(q.shape, k.shape, v.shape, None if mask is None else mask.shape,
@@ -230,7 +230,7 @@ class MultiHeadAttention(OpPlugin):
                                     node.attrs.get("causal_fill"), node.attrs.get("mask_period") or 0,
                                     node.attrs.get("packed"))
         return attention_tactics(shapes, q.dtype, scale_of(node, shapes.d),
-                                 guard_nan=bool(node.attrs.get("guard_nan")))
+                                 guard_nan=bool(node.attrs.get("guard_nan")), wanted=wanted)
 
     def serialize(self, node):
         """Nothing beyond the attributes: the kernel is fully described by them and the shapes."""

@@ -60,15 +60,19 @@ def for_dtype(configs, dtype, gpu: bool | None = None) -> tuple:
 
 
 def attention_tactics(shapes: AttentionShapes, dtype, scale: float, configs=None,
-                      guard_nan: bool = False) -> list[Tactic]:
+                      guard_nan: bool = False, wanted=None) -> list[Tactic]:
     """The tactics for a problem, in preference order; ``configs`` replaces
     :func:`for_dtype` of :func:`candidates`; ``guard_nan``: the op's attribute. After all
     of them come their bounds-checked twins (``NAME_ragged``, offered at every shape:
     ``params["even"]`` says which bounds checks a tactic leaves out where the sequences
     fill whole tiles): the kernels that serve every sequence length of a dynamic profile
-    (:mod:`plugrt.engine.generic`)."""
+    (:mod:`plugrt.engine.generic`). ``wanted``: a tactic's identity (a new shape looking for
+    a plan's): only its tile is made."""
     tactics, twins = [], []
+    name = None if wanted is None else wanted["name"]
     for config in configs if configs is not None else for_dtype(candidates(), dtype):
+        if name is not None and name not in (config.name, config.name + "_ragged"):
+            continue
         tactic = _tactic(config, shapes, dtype, scale, guard_nan, False)
         if tactic is not None:
             tactics.append(tactic)
