@@ -8,7 +8,7 @@ kernel comes from the plan or is compiled there):
   (median of ``--runs`` after it), their ratio (asked: at most 2);
 - the kernels compiled after ``Engine.load`` (asked: none);
 - at the opt shape, the dynamic engine's steady latency against the static engine's
-  (asked: within 10%).
+  (asked: within 10%); with ``--diagnose``, both engines' per-layer times there.
 
     python3 benchmarks/dynamic_bench.py --out DIR [--seqs 1,7,64,100,128,200,333,512] [--fp16]
 """
@@ -84,6 +84,39 @@ pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
 report["first_request_tottime"] = text.getvalue()[-6000:]
 print(json.dumps(report))
 """
+
+
+_COMPARE = r"""
+import json, sys
+import numpy as np
+from plugrt.engine import Engine
+from plugrt.layer_profile import profile_json, profile_layers
+
+rng = np.random.default_rng(2)
+feeds = {"input_ids": rng.integers(0, 30522, (1, 128), dtype=np.int64)}
+found = {}
+for label, plan in zip(("dynamic", "static"), sys.argv[1:3]):
+    rows = profile_json(profile_layers(Engine.load(plan), feeds, runs=20))
+    found[label] = {"total_ms": rows["total_median_ms"],
+                    "layers": {r["name"]: [r["op"], r["tactic"], r["median_ms"]] for r in rows["layers"]}}
+print(json.dumps(found))
+"""
+
+
+def compare_at_opt(dynamic: str, static: str) -> dict:
+    """Both engines' per-layer times at the opt shape (seq 128): the layers only one has,
+    and those whose tactic or time differs most (what the 10% is made of)."""
+    done = subprocess.run([sys.executable, "-c", _COMPARE, dynamic, static], capture_output=True, text=True,
+                          env=dict(os.environ, PLUGRT_KERNEL_CACHE="off"))
+    if done.returncode:
+        return {"failed": done.stderr[-2000:]}
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    dyn, sta = found["dynamic"]["layers"], found["static"]["layers"]
+    both = sorted(set(dyn) & set(sta), key=lambda n: -abs(dyn[n][2] - sta[n][2]))
+    return {"total_ms": {k: v["total_ms"] for k, v in found.items()},
+            "only_dynamic": {n: dyn[n] for n in dyn if n not in sta},
+            "only_static": {n: sta[n] for n in sta if n not in dyn},
+            "differing": [{"name": n, "dynamic": dyn[n], "static": sta[n]} for n in both[:15]]}
 
 
 def diagnose(plan: str, seqs: list[int]) -> dict:
@@ -162,6 +195,8 @@ def main() -> int:
             report[label] = measure(plan, seqs if label == "dynamic" else [128], args.runs)
             if label == "dynamic" and args.diagnose:
                 report["diagnose"] = diagnose(plan, [int(s) for s in args.diagnose.split(",")])
+        if label == "static" and args.diagnose and "failed" not in report.get("dynamic_build", {"failed": 1}):
+            report["at_opt"] = compare_at_opt(os.path.join(work, "dynamic.plan"), plan)
         with open(os.path.join(args.out, "dynamic_bench.json"), "w") as f:
             json.dump(report, f, indent=2)
     print("\n== dynamic shapes (BERT-base, batch 1; first request of a never-seen length vs steady) ==")
@@ -174,6 +209,12 @@ def main() -> int:
         for row in entry["rows"]:
             print(f"  seq {row['seq']:4d}: first {row['first_ms']:8.2f} ms, steady {row['steady_ms']:7.3f} ms, "
                   f"ratio {row['first_ms'] / row['steady_ms']:5.2f}")
+    if "at_opt" in report and "failed" not in report["at_opt"]:
+        cmp = report["at_opt"]
+        print(f"at opt, per layer: {cmp['total_ms']}; only dynamic: {list(cmp['only_dynamic'])[:6]}, "
+              f"only static: {list(cmp['only_static'])[:6]}")
+        for row in cmp["differing"][:6]:
+            print(f"  {row['name'][:60]}: dynamic {row['dynamic']}, static {row['static']}")
     if "dynamic" in report and "static" in report and "rows" in report["static"]:
         opt = next(r for r in report["dynamic"]["rows"] if r["seq"] == 128)["steady_ms"]
         static = report["static"]["rows"][0]["steady_ms"]
