@@ -105,7 +105,7 @@ class _RawLaunch:
         from plugrt import binaries
 
         kernel = launch.kernel
-        argtypes = tuple(kernel.typeof_pyval(a) for a in launch.args)
+        argtypes = tuple(arg_type(kernel, a) for a in launch.args)
         function = binaries.function(kernel, argtypes, key)
         if launch.shared_bytes > 48 * 1024:
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -140,6 +140,40 @@ class _RawLaunch:
         params.sharedMemBytes = self._shared
         params.kernelParams = self._params_address
         return params
+
+
+def arg_type(kernel, arg):
+    """Numba's type of a kernel argument (``kernel.typeof_pyval``), remembered for the
+    arguments whose type their class and dtype alone decide: NumPy scalars, 1-D
+    contiguous device arrays (what :func:`plugrt.kernels.flat` makes) and tuples of these.
+    A new shape's specialization types about 15 arguments a launch; Numba's typing of
+    each costs tens of microseconds."""
+    key = _type_key(arg)
+    if key is None:
+        return kernel.typeof_pyval(arg)
+    found = _ARG_TYPES.get(key)
+    if found is None:
+        found = kernel.typeof_pyval(arg)
+        if len(_ARG_TYPES) < 4096:
+            _ARG_TYPES[key] = found
+    return found
+
+
+def _type_key(arg):
+    if isinstance(arg, np.generic):
+        return (type(arg),)
+    if isinstance(arg, tuple):
+        keys = tuple(_type_key(item) for item in arg)
+        return None if None in keys else ("tuple",) + keys
+    shape, dtype = getattr(arg, "shape", None), getattr(arg, "dtype", None)
+    if (isinstance(shape, tuple) and len(shape) == 1 and isinstance(dtype, np.dtype) and not dtype.fields
+            and getattr(arg, "strides", None) == (dtype.itemsize,) and hasattr(arg, "__cuda_array_interface__")):
+        return (type(arg), dtype.str, "C1")
+    return None
+
+
+#: :func:`arg_type`'s answers by key (a class and dtype: few distinct ones).
+_ARG_TYPES: dict = {}
 
 
 def _pack(ty, arg, values: list, pointer_slots: list) -> None:

@@ -338,3 +338,50 @@ def test_torch_and_cupy_streams_and_tensors(engine):
             ctx.execute_async({"x": feed}, stream=stream, outputs=outs)
         stream.synchronize()
         _check({name: cupy.asnumpy(value) for name, value in outs.items()}, x)
+
+
+def test_launch_argument_types_are_remembered_only_where_class_and_dtype_decide_them():
+    """``plugrt.launcher.arg_type`` (a new shape's raw launches type every argument): NumPy
+    scalars, 1-D contiguous device arrays and tuples of them are typed once per class and
+    dtype; anything else (another rank, a stride, a Python int) asks Numba every time."""
+    from numba import typeof, types
+
+    from plugrt import launcher
+
+    class Kernel:
+        def __init__(self):
+            self.asked = []
+
+        def typeof_pyval(self, value):
+            self.asked.append(value)
+            return self.type(value)
+
+        def type(self, value):
+            if isinstance(value, tuple):
+                return types.BaseTuple.from_types([self.type(item) for item in value])
+            return typeof(np.asarray(value) if hasattr(value, "__cuda_array_interface__") else value)
+
+    class DeviceArray:  # a stand-in: shape, strides, dtype and the CUDA array interface
+        __cuda_array_interface__ = {}
+
+        def __init__(self, n, dtype, stride=None):
+            self.dtype = np.dtype(dtype)
+            self.shape, self.strides = (n,), (stride or self.dtype.itemsize,)
+
+        def __array__(self, dtype=None, copy=None):
+            return np.zeros(self.shape, self.dtype)
+
+    launcher._ARG_TYPES.clear()
+    kernel = Kernel()
+    first = [launcher.arg_type(kernel, a) for a in (np.int64(3), DeviceArray(10, np.float16),
+                                                      (DeviceArray(4, np.float32), np.float32(1)))]
+    again = [launcher.arg_type(kernel, a) for a in (np.int64(-7), DeviceArray(99, np.float16),
+                                                      (DeviceArray(1, np.float32), np.float32(2)))]
+    assert first == again and len(kernel.asked) == 3
+    assert str(first[0]) == "int64" and str(first[1]) == "array(float16, 1d, C)"
+    for uncached in (DeviceArray(8, np.float32, stride=8), 5, [1, 2]):
+        before = len(kernel.asked)
+        launcher.arg_type(kernel, uncached)
+        launcher.arg_type(kernel, uncached)
+        assert len(kernel.asked) == before + 2
+    assert launcher.arg_type(kernel, DeviceArray(3, np.int8)) != launcher.arg_type(kernel, DeviceArray(3, np.uint8))
