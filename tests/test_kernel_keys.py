@@ -187,3 +187,25 @@ def test_package_fingerprints_follow_edits_of_the_sources(tmp_path, monkeypatch)
 @pytest.mark.parametrize("obj, package", [(kernel_keys, "plugrt"), (np.float32(1), "numpy")])
 def test_package_of(obj, package):
     assert kernel_keys.package_of(obj) == package
+
+
+def test_remembered_keys_hold_no_model_alive():
+    """:func:`layer_key` remembers keys per node, weakly: once an engine and its graphs are
+    gone, its weights are freed (a process building many models does not keep them)."""
+    import gc
+    import weakref
+
+    weight = numpy_helper.from_array(np.linspace(-1, 1, 18, dtype=np.float32).reshape(2, 1, 3, 3), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])], [weight])
+    config = Builder().create_builder_config()
+    config.optimization_level, config.progress, config.fusion = 0, False, False
+    engine = Builder().build_engine(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), config)
+    registry, node, concrete, tactic = _first_layer(engine)
+    key = layer_key(registry, node, concrete, tactic)
+    assert layer_key(registry, node, concrete, tactic) == key
+    alive = weakref.ref(concrete.info("w").value)
+    del engine, node, concrete, tactic
+    gc.collect()
+    assert alive() is None

@@ -17,6 +17,7 @@ fused op has no math of its own. It is registered by the core in every registry.
 
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 from plugrt import API_VERSION, hookimpl
@@ -73,24 +74,22 @@ class FusedOp(OpPlugin):
 
     def __init__(self, registry):
         self.registry = registry
-        #: id(node) -> (node, inputs, env): the body's inference at the inputs last inferred,
-        #: which a specialization's ``tactics`` call reads again (the same TensorInfo objects).
-        self._inferred: dict[int, tuple] = {}
+        #: node -> (inputs, env): the body's inference at the inputs last inferred, which a
+        #: specialization's ``tactics`` call reads again (the same TensorInfo objects);
+        #: dropped with the node.
+        self._inferred: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def infer(self, node, inputs):
         env = self._run(node, inputs, _infer)
-        if len(self._inferred) >= 4096:
-            self._inferred.clear()
-        self._inferred[id(node)] = (node, tuple(inputs), env)
+        self._inferred[node] = (tuple(inputs), env)
         return [env[name] for name in node.outputs]
 
     def _infos(self, node, inputs) -> dict:
         """The body's TensorInfo of every value at ``inputs``: remembered from :meth:`infer`
         at the very same input objects, else inferred."""
-        found = self._inferred.get(id(node))
-        if found is not None and found[0] is node and len(found[1]) == len(inputs) \
-                and all(a is b for a, b in zip(found[1], inputs)):
-            return found[2]
+        found = self._inferred.get(node)
+        if found is not None and len(found[0]) == len(inputs) and all(a is b for a, b in zip(found[0], inputs)):
+            return found[1]
         return self._run(node, inputs, _infer)
 
     def reference(self, node, inputs):

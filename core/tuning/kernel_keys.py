@@ -30,6 +30,7 @@ import importlib.util
 import os
 import pathlib
 import types
+import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -46,20 +47,27 @@ def layer_key(registry, node, graph, tactic) -> str | None:
     """The key of ``node``'s kernels under ``tactic`` at ``graph``'s concrete shapes, or
     ``None`` where the kernels cannot be named (they are then always compiled).
 
-    No shape enters it, so it is remembered per registry, node, tactic and the dtypes,
-    ranks and constants of the node's tensors: a new shape's specialization finds every
-    layer's key again without hashing. (Package fingerprints are read once per process;
-    :func:`forget` drops what was remembered.)"""
-    tensors = tuple(_signature(graph, name) for name in node.inputs + node.outputs)
-    memo = (id(registry), id(node), tactic.name, repr(tactic.params), getattr(tactic, "math", ""),
-            repr(getattr(tactic, "source", None)), tensors)
-    found = _keys.get(memo)
-    if found is not None and found[0] is registry and found[1] is node:
-        return found[2]
+    No shape enters it, so it is remembered per node (while the node lives), registry,
+    tactic and the dtypes, ranks and constants of the node's tensors: a new shape's
+    specialization finds every layer's key again without hashing. (Package fingerprints
+    are read once per process; :func:`forget` drops what was remembered.)"""
+    values = [graph.info(name).value for name in node.inputs
+              if name and graph.values[name].const is not None and graph.info(name).value is not None]
+    memo = (id(registry), tactic.name, repr(tactic.params), getattr(tactic, "math", ""),
+            repr(getattr(tactic, "source", None)), tuple(_signature(graph, name) for name in node.inputs + node.outputs))
+    entries = _keys.get(node)
+    found = None if entries is None else entries.get(memo)
+    if found is not None and found[0]() is registry and all(ref() is v for ref, v in zip(found[2], values)):
+        return found[1]
     key = _layer_key(registry, node, graph, tactic)
-    if len(_keys) >= _SPELLINGS:
-        _keys.clear()
-    _keys[memo] = (registry, node, key, [graph.info(name).value for name in node.inputs if name])
+    try:
+        remembered = (weakref.ref(registry), key, [weakref.ref(v) for v in values])
+    except TypeError:  # (a value that takes no weak reference: not remembered)
+        return key
+    entries = _keys.setdefault(node, {})
+    if len(entries) >= 64:
+        entries.clear()
+    entries[memo] = remembered
     return key
 
 
@@ -70,8 +78,8 @@ def forget() -> None:
 
 
 def _signature(graph, name: str) -> tuple | None:
-    """What :func:`_tensor` reads of a tensor: a constant's value by identity (kept alive
-    by :data:`_keys` beside the key)."""
+    """What :func:`_tensor` reads of a tensor: a constant's value by identity (checked
+    through a weak reference beside the key)."""
     if not name:
         return None
     info = graph.info(name)
@@ -79,8 +87,9 @@ def _signature(graph, name: str) -> tuple | None:
     return (np.dtype(info.dtype).str, len(info.shape), id(info.value) if known else None)
 
 
-#: :func:`layer_key`'s memo: -> (registry, node, key, the node's constants).
-_keys: dict[tuple, tuple] = {}
+#: :func:`layer_key`'s memo: node -> {memo: (registry ref, key, refs of the node's constants)},
+#: dropped with the node.
+_keys: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _layer_key(registry, node, graph, tactic) -> str | None:
