@@ -143,14 +143,19 @@ def _with_value(graph, name, value):
     return changed
 
 
-def test_small_host_values_enter_the_key_by_their_bytes_large_ones_by_shape():
+def _conv_engine():
+    """A one-Conv engine whose weight (``w``, 2x1x3x3) is a constant input."""
     weight = numpy_helper.from_array(np.linspace(-1, 1, 18, dtype=np.float32).reshape(2, 1, 3, 3), "w")
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "conv",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])], [weight])
     config = Builder().create_builder_config()
     config.optimization_level, config.progress, config.fusion = 0, False, False
-    engine = Builder().build_engine(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), config)
+    return Builder().build_engine(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), config)
+
+
+def test_small_host_values_enter_the_key_by_their_bytes_large_ones_by_shape():
+    engine = _conv_engine()
     registry, node, graph, tactic = _first_layer(engine)
     base = layer_key(registry, node, graph, tactic)
     small = np.array(graph.info("w").value) * 2
@@ -195,13 +200,7 @@ def test_remembered_keys_hold_no_model_alive():
     import gc
     import weakref
 
-    weight = numpy_helper.from_array(np.linspace(-1, 1, 18, dtype=np.float32).reshape(2, 1, 3, 3), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])], [weight])
-    config = Builder().create_builder_config()
-    config.optimization_level, config.progress, config.fusion = 0, False, False
-    engine = Builder().build_engine(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), config)
+    engine = _conv_engine()
     registry, node, concrete, tactic = _first_layer(engine)
     key = layer_key(registry, node, concrete, tactic)
     assert layer_key(registry, node, concrete, tactic) == key
