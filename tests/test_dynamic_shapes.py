@@ -198,3 +198,39 @@ def test_asking_for_a_tactic_by_identity_offers_it_as_every_tactic_list_does(whi
             assert len(asked) <= len(full)
             offered, answered, checked = offered + len(full), answered + len(asked), checked + 1
     assert checked >= 10 and (answered < offered or which == "conv"), (checked, answered, offered)
+
+
+def test_a_shape_one_context_prepared_is_ready_for_the_engines_other_contexts(monkeypatch, rng):
+    """Shape inference and each layer's tactic depend on the engine and the shapes only:
+    a pool's second context meeting a shape the first one prepared finds no tactic and
+    infers nothing again, makes its own launches (into its own buffers), and both give
+    onnxruntime's outputs; an engine keeps :data:`shared_shapes.KEPT` shapes."""
+    from plugrt.engine import shared_shapes, specialization
+
+    model = bert_with_dynamic_sequence()
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("input_ids", (1, 1), (1, 3), (2, 6)))
+    engine = Builder().build_engine(model, config)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    found, inferred = [], []
+    real_find, real_concretize = specialization.find_tactic, specialization.concretize
+    monkeypatch.setattr(specialization, "find_tactic", lambda *a: found.append(a[1].name) or real_find(*a))
+    monkeypatch.setattr(specialization, "concretize", lambda *a: inferred.append(1) or real_concretize(*a))
+    ids = rng.integers(0, 100, (1, 5)).astype(np.int64)
+    want = session.run(None, {"input_ids": ids})[0]
+    first = engine.create_execution_context()  # (it prepares the opt shapes)
+    assert found and inferred == [1]
+    found.clear(), inferred.clear()
+    second = engine.create_execution_context()
+    assert not found and not inferred
+    np.testing.assert_allclose(next(iter(first.execute({"input_ids": ids}).values())), want, rtol=1e-4, atol=1e-5)
+    assert found and inferred == [1]
+    found.clear()
+    np.testing.assert_allclose(next(iter(second.execute({"input_ids": ids}).values())), want, rtol=1e-4, atol=1e-5)
+    assert not found and inferred == [1]
+    assert second.current is not first.current and second.current.graph is first.current.graph
+    assert {id(launch) for launch in second.current.launches}.isdisjoint(id(launch) for launch in first.current.launches)
+    monkeypatch.setattr(shared_shapes, "KEPT", 2)
+    for seq in (1, 2, 4):
+        first.specialize({"input_ids": (1, seq)})
+    assert len(shared_shapes._BY_ENGINE[engine]) == 2

@@ -29,6 +29,7 @@ import numpy as np
 from plugrt.device import simulated
 from plugrt.engine.aliases import storage
 from plugrt.engine.graphs import capture
+from plugrt.engine.shared_shapes import shape_key, shared_shape
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.launcher import PreparedLaunch, stream_handle
@@ -47,7 +48,11 @@ class Specialization:
         engine = context.engine
         self.label = ", ".join(f"{name}{list(shape)}" for name, shape in shapes.items()) or "no inputs"
         self.shapes, self.values, self.sizes = shapes, values, dict(sizes or {})
-        self.graph = graph = concretize(engine.graph, shapes, engine.registry, values, self.sizes)
+        #: The engine's context-free part of these shapes' preparation, which the engine's
+        #: other contexts share (:mod:`plugrt.engine.shared_shapes`).
+        share = shared_shape(engine, shape_key(context.profile_index, shapes, values, self.sizes, start),
+                             lambda: concretize(engine.graph, shapes, engine.registry, values, self.sizes))
+        self.graph = graph = share.graph
         #: A data-dependent layer (:meth:`plugrt.plugin.OpPlugin.output_bounds`) whose sizes
         #: this specialization does not know ends it: ``(its position in engine.layers, its
         #: node)``; the layers after it run in the specialization for the sizes it reports
@@ -94,14 +99,19 @@ class Specialization:
             reports = node.name in graph.data_dependent and node.name not in self.sizes
             if all(o is None or o.size == 0 for o in outs) and not reports:
                 continue
-            tactic = find_tactic(engine.registry, node, graph, self._tactic_of(layer, context.profile_index))
+            tactic = share.tactics.get(position)
+            if tactic is None:
+                tactic = share.tactics[position] = find_tactic(engine.registry, node, graph,
+                                                               self._tactic_of(layer, context.profile_index))
             workspace = self._workspace(context, tactic.workspace_bytes, node.name)
             if reports:
                 self.pending = (position, node)
                 self.reported = self._own["reported"] = _device_zeros(size_slots(graph, node))
                 outs.append(self.reported)
             try:
-                key = layer_key(engine.registry, node, graph, tactic)
+                if position not in share.keys:
+                    share.keys[position] = layer_key(engine.registry, node, graph, tactic)
+                key = share.keys[position]
                 launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
                             for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
             except PlugrtError:
