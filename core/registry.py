@@ -21,6 +21,7 @@ import inspect
 import logging
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Iterable
@@ -347,19 +348,25 @@ def _hint(tactics, wanted) -> dict:
     """``{"wanted": wanted}`` where the ``tactics`` method takes that keyword, else ``{}``."""
     if wanted is None:
         return {}
-    takes = _TAKES_WANTED.get(getattr(tactics, "__func__", tactics))
+    function = getattr(tactics, "__func__", tactics)
+    try:
+        takes = _TAKES_WANTED.get(function)
+    except TypeError:  # (a callable that takes no weak reference: asked every time)
+        takes = None
     if takes is None:
         try:
-            parameters = inspect.signature(tactics).parameters
+            takes = "wanted" in inspect.signature(tactics).parameters
         except (TypeError, ValueError):
-            parameters = {}
-        takes = "wanted" in parameters
-        _TAKES_WANTED[getattr(tactics, "__func__", tactics)] = takes
+            takes = False
+        try:
+            _TAKES_WANTED[function] = takes
+        except TypeError:
+            pass
     return {"wanted": wanted} if takes else {}
 
 
-#: A ``tactics`` function -> whether it takes ``wanted`` (:func:`_hint`).
-_TAKES_WANTED: dict = {}
+#: A ``tactics`` function -> whether it takes ``wanted`` (:func:`_hint`), dropped with it.
+_TAKES_WANTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def plugin_api(plugin, name: str, distribution: str | None = None,

@@ -120,27 +120,26 @@ def pad_tactics(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: i
     dtype = np.dtype(x_info.dtype)
     fill_value = np.zeros((), dtype) if fill_value is None and fill_input is None else fill_value
 
-    def launches(inputs, outputs, workspace):
-        fill = to_device(np.asarray(fill_value, dtype).reshape(1)) if fill_value is not None else flat(inputs[fill_input])
-        blocks, threads = grid_1d(n)
-        args = (flat(outputs[0]), flat(inputs[0]), fill, np.int64(n), np.int64(width), np.int64(out_width),
-                np.int64(pairs[-1][0]))
-        return [Launch(row_pad_kernel(), blocks, threads, args)] if n else []
+    def launcher(vector: bool):
+        """The row kernel's launches, by vectors where ``vector`` (the plain ones on an
+        output not 16-byte aligned)."""
+        def launches(inputs, outputs, workspace):
+            if vector and not aligned(outputs[0]):
+                return launcher(False)(inputs, outputs, workspace)
+            fill = (to_device(np.asarray(fill_value, dtype).reshape(1)) if fill_value is not None
+                    else flat(inputs[fill_input]))
+            items = n // VECTOR if vector else n
+            blocks, threads = grid_1d(items)
+            args = (flat(outputs[0]), flat(inputs[0]), fill, np.int64(items), np.int64(width), np.int64(out_width),
+                    np.int64(pairs[-1][0]))
+            kernel = row_pad_vector_kernel() if vector else row_pad_kernel()
+            return [Launch(kernel, blocks, threads, args)] if n else []
+        return launches
 
-    rows = Tactic("rows", launches, {"mode": mode})
+    rows = Tactic("rows", launcher(False), {"mode": mode})
     if out_width % VECTOR or dtype not in (np.float16, np.float32):
         return [rows] + found
-
-    def vector_launches(inputs, outputs, workspace):
-        if not aligned(outputs[0]):
-            return launches(inputs, outputs, workspace)
-        fill = to_device(np.asarray(fill_value, dtype).reshape(1)) if fill_value is not None else flat(inputs[fill_input])
-        blocks, threads = grid_1d(n // VECTOR)
-        args = (flat(outputs[0]), flat(inputs[0]), fill, np.int64(n // VECTOR), np.int64(width), np.int64(out_width),
-                np.int64(pairs[-1][0]))
-        return [Launch(row_pad_vector_kernel(), blocks, threads, args)] if n else []
-
-    return [Tactic("rows_vec8", vector_launches, {"mode": mode}), rows] + found
+    return [Tactic("rows_vec8", launcher(True), {"mode": mode}), rows] + found
 
 
 def pad_tactic(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: int | None = None) -> Tactic:

@@ -25,11 +25,11 @@ KEPT = 64
 @dataclass
 class SharedShape:
     """One shape's context-free preparation: the concrete graph, and each layer's tactic
-    and kernel key by the layer's position in ``engine.layers`` (filled as contexts find them)."""
+    by the layer's position in ``engine.layers`` (filled as contexts find them; kernel keys
+    are remembered by :func:`plugrt.tuning.kernel_keys.layer_key` itself)."""
 
     graph: object
     tactics: dict = field(default_factory=dict)
-    keys: dict = field(default_factory=dict)
 
 
 def shape_key(profile: int, shapes: Mapping, values: Mapping, sizes: Mapping, start: int) -> tuple:

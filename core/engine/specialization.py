@@ -109,9 +109,7 @@ class Specialization:
                 self.reported = self._own["reported"] = _device_zeros(size_slots(graph, node))
                 outs.append(self.reported)
             try:
-                if position not in share.keys:
-                    share.keys[position] = layer_key(engine.registry, node, graph, tactic)
-                key = share.keys[position]
+                key = layer_key(engine.registry, node, graph, tactic)
                 launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
                             for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
             except PlugrtError:

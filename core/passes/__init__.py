@@ -212,6 +212,6 @@ def bind_formats(graph: Graph, registry, formats: dict) -> list[PassResult]:
                                   time.perf_counter() - started))
     if graph.io_formats:
         name, form = next(iter(graph.io_formats.items()))
-        raise PlugrtError(f"--io-format {name}:{form}: no installed plugin gives a binding that format (the built-in "
-                          "shape family does channels_last); leave the option out to keep the model's layout")
+        raise PlugrtError(f"--io-format {name}:{form}: no installed plugin's bindings pass gives a binding that "
+                          "format; install one that does, or leave the option out to keep the model's layout")
     return results
