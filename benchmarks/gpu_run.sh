@@ -8,10 +8,12 @@ OUT="${OUT:-gpu-results}"; mkdir -p "$OUT"
 if [ -d .whl ]; then  # numba-cuda needs numpy < 2.5; carried as a wheel
   python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl && export PYTHONPATH=$PWD/.site
 fi
-if ls -d .carry1 >/dev/null 2>&1; then  # wheels too large for one call (Ray, pytriton): benchmarks/carry.py
-  python3 benchmarks/carry.py join .carry .carried || exit 0  # (a part still to come: this call only carried it)
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .carried/*.whl \
-    && export PYTHONPATH=$PWD/.site
+if ls -d .carry[0-9]* >/dev/null 2>&1; then  # wheels too large for one call (Ray, pytriton): benchmarks/carry.py
+  # A call that carries a part before the last runs the rest of the script without them.
+  if python3 benchmarks/carry.py join .carry .carried; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .carried/*.whl \
+      && export PYTHONPATH=$PWD/.site
+  fi
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . $(printf -- "-e %s " contrib_plugins/*/) \
   >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
