@@ -211,8 +211,10 @@ def test_tile_order_follows_channels_and_k_depth(monkeypatch):
     monkeypatch.setattr(wgmma_nhwc, "configs", lambda: wgmma_nhwc.GPU_CONFIGS)
     stem = wgmma_nhwc.config_order(64, 7)
     assert stem and all(c.bn == 64 for c in stem) and stem[0].stages == 3 and stem[-1].stages > 3
+    assert stem[0].min_blocks == 2 and stem[0].name.endswith("_s3_b2"), stem  # two blocks an SM lead a short K
     wide = wgmma_nhwc.config_order(128, 18)
     assert wide[0].bn == 128 and wide[0].stages > 3 and all(c.bn <= 128 for c in wide)
+    assert wide[-1].min_blocks == 2 and wide[-1].stages == 3, wide  # ... and trail a long one
     assert all(c.bn >= 128 for c in wgmma_nhwc.config_order(512, 72))
     assert {c.name for c in wgmma_nhwc.config_order(100, 3)} == {c.name for c in wgmma_nhwc.GPU_CONFIGS if c.bn <= 64}
 
@@ -266,5 +268,6 @@ def test_a_1x1_with_one_k_tile_leads_with_a_shallow_ring(monkeypatch):
         return [t.name for t in tactics if not t.name.endswith("_ragged")]
 
     short, long = plain(64, 256), plain(1024, 256)
-    assert short[0].endswith("_s3") and any(name.endswith(("_s4", "_s5")) for name in short), short
+    assert short[0].endswith("_s3_b2") and short[1].endswith("_s3"), short
+    assert any(name.endswith(("_s4", "_s5")) for name in short[:3]), short  # the tuner's three: the deep one too
     assert not long[0].endswith("_s3"), long

@@ -48,10 +48,15 @@ GM_H, GM_W, GM_CW, GM_OH, GM_OW, GM_KW, GM_SH, GM_SW, GM_DH, GM_DW, GM_PH, GM_PW
 GATHER_META_LEN = META_LEN + 12
 
 #: Tiles offered on a Hopper GPU: two warpgroups (128 pixels) over 256, 128 or 64 channels;
-#: deep rings for long K, and shallow ones that leave shared memory for a second and third
-#: block per SM (a layer's K is often 9 tiles or fewer: prologue and store then matter).
+#: deep rings for long K, and shallow ones that leave shared memory for a second block per
+#: SM (a layer's K is often 9 tiles or fewer: prologue and store then matter). Shared memory
+#: alone does not give the second block: compiled for one, the 128 x 128 conv takes 194
+#: registers a thread and the 128 x 64 one 138 (ptxas, sm_90), so one block of 256 threads
+#: fills an SM; the ``min_blocks=2`` twins are held to 128 (no spill but the 128 x 128
+#: gather's setup, 460 bytes), and one block's store overlaps the other's main loop.
 GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5), WgmmaConfig(2, 64, 6),
-                                        WgmmaConfig(2, 128, 3), WgmmaConfig(2, 64, 3), WgmmaConfig(4, 64, 3))
+                                        WgmmaConfig(2, 128, 3), WgmmaConfig(2, 64, 3), WgmmaConfig(4, 64, 3),
+                                        WgmmaConfig(2, 128, 3, 2), WgmmaConfig(2, 64, 3, 2))
 #: The simulator offers none (its emulated MMAs are slow) unless a test swaps in a tile.
 SIM_CONFIGS: tuple[WgmmaConfig, ...] = ()
 #: What the tactics' ``params["format"]`` say of their tensors (``plugrt inspect``'s format).
@@ -188,12 +193,13 @@ def config_order(out_channels: int, k_tiles: int) -> list[WgmmaConfig]:
     """The tiles worth compiling for ``out_channels`` and a K of ``k_tiles`` tiles, best
     guess first: tiles no wider than the channels (above 64), and not narrower than 128
     for 256 channels or more; shallow rings first for a short K (:data:`SHORT_K_TILES`),
-    deep ones first otherwise; wider tiles first among equals. Measured on the H200
-    (``conv_nhwc`` part): ResNet-50's 3x3 layers with 9 K tiles run best on a 3-stage
-    ring, those with 18 and more on 4- and 5-stage ones."""
+    two blocks an SM first among them, deep ones first otherwise; wider tiles first among
+    equals. Measured on the H200 (``conv_nhwc`` part): ResNet-50's 3x3 layers with 9 K
+    tiles run best on a 3-stage ring, those with 18 and more on 4- and 5-stage ones."""
     keep = [c for c in configs() if not ((c.bn > out_channels and c.bn > 64) or (out_channels >= 256 and c.bn < 128))]
     short = k_tiles <= SHORT_K_TILES
-    return sorted(keep, key=lambda c: ((c.stages > 3) if short else (c.stages <= 3), -c.bn, -c.bm))
+    return sorted(keep, key=lambda c: ((c.stages > 3, c.min_blocks == 1) if short else (c.stages <= 3, c.min_blocks > 1),
+                                       -c.bn, -c.bm))
 
 
 def is_pointwise(geo: ConvGeometry) -> bool:
@@ -270,7 +276,7 @@ def _gather_tactic(config: WgmmaConfig, meta: np.ndarray, half: bool, splits: in
             return direct(ins, outs, workspace)
         return fallback.launches(ins, outs, workspace)
 
-    name = (f"wgmma_nhwc_{config.bm}x{config.bn}x{bk}_s{config.stages}" + (f"_splitk{splits}" if splits > 1 else "")
+    name = (f"wgmma_nhwc_{config.tile(bk)}" + (f"_splitk{splits}" if splits > 1 else "")
             + (RAGGED if ragged else ""))
     params = {**config.params(), "bk": bk, "splits": splits, "even": even}
     return Tactic(name, launches, params, max(workspace_bytes, fallback.workspace_bytes), math="" if half else "tf32")

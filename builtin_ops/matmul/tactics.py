@@ -135,7 +135,7 @@ def gemm_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndarray
     (:data:`.simt.RAGGED`), offered at every size for a dynamic profile's other shapes.
     ``wanted``: a tactic name; only the family that names its tactics so is made."""
     kw = dict(epilogue=epilogue, alpha=alpha, beta=beta, c_index=c_index)
-    half_tiles = _tiles_named(wanted, lambda c: f"wgmma_f16_{c.bm}x{c.bn}x{HALF_BK}_s{c.stages}")
+    half_tiles = _tiles_named(wanted, lambda c: f"wgmma_f16_{c.tile(HALF_BK)}")
     families = (("wgmma_f16_", lambda: wgmma_half_tactics(a_dtype, b_dtype, out_dtype, meta, offs, b_value=b_value,
                                                           fallback=fallback, configs=half_tiles, **kw)),
                 ("wgmma_", lambda: wgmma_tactics(a_dtype, b_dtype, out_dtype, meta, offs,

@@ -23,18 +23,16 @@ generic-proxy writes; ``wgmma`` reads through the async proxy), barrier; issue f
 buffer of tile ``t - 2``; wait until only this tile's MMAs are in flight (so tile
 ``t - 2``'s buffer was free: every warpgroup had finished its MMAs before the barrier).
 The tensor cores always have the next group queued. The output tile then goes through
-shared memory to the fused
-epilogue (:func:`.simt.tile_store`), as the other GEMM kernels do.
+shared memory to the fused epilogue (:func:`.simt.tile_store`), as the other GEMMs do.
 
 FP16 (:mod:`.wgmma_f16`) and INT8 (:mod:`.wgmma_int8`) operands travel as float32 word
 views (2 halves or 4 bytes of K a word), so the copies, ring and descriptors serve them
 unchanged; INT8 accumulates in int32 registers and stores through :mod:`.integer_store`.
 
 Operands are not rounded: the tensor cores read TF32 from the float32 bits (the low 13
-mantissa bits are dropped). In the simulator (no inline PTX, no warpgroup collectives)
-:func:`.wgmma_intrinsics.emulated_ops` computes each thread's accumulators by scalar FMAs on the same
-swizzled shared tiles with the operands truncated the same way, so the copies, the layout
-and the epilogue are tested there; the descriptors only on a GPU.
+mantissa bits dropped). In the simulator :func:`.wgmma_intrinsics.emulated_ops` computes
+each thread's accumulators by scalar FMAs on the same swizzled tiles, operands truncated
+the same way: the copies, layout and epilogue are tested there, the descriptors on a GPU.
 """
 
 from __future__ import annotations
@@ -63,11 +61,13 @@ ATOM_FLOATS = 256
 class WgmmaConfig:
     """``wgs`` warpgroups of 64 rows each over ``bn`` columns (8 to 256, a multiple of 8),
     ``stages`` shared buffers of K 32: ``stages - 2`` tiles copied ahead while one is
-    multiplied and the previous one may still be read by MMAs in flight."""
+    multiplied and the previous one may still be read by MMAs in flight; registers held to
+    what ``min_blocks`` resident blocks an SM leave (``launch_bounds``)."""
 
     wgs: int
     bn: int
     stages: int
+    min_blocks: int = 1
 
     @property
     def bm(self) -> int:
@@ -83,9 +83,8 @@ class WgmmaConfig:
 
     @property
     def ld(self) -> int:
-        """Row stride (floats) of the output tile staged for the store: 4 past ``bn``, so
-        a warp's accumulator pairs (8 rows x 4 column pairs) and the store's 16-byte reads
-        spread over the banks instead of falling 8 rows on the same ones."""
+        """Row stride (floats) of the staged output tile: 4 past ``bn`` spreads a warp's
+        accumulator pairs and the store's 16-byte reads over the banks."""
         return self.bn + 4
 
     @property
@@ -93,15 +92,20 @@ class WgmmaConfig:
         return self.bn // 2
 
     def check(self) -> None:
-        if self.wgs < 1 or self.bn % 8 or not 8 <= self.bn <= 256 or self.stages < 3:
+        if self.wgs < 1 or self.bn % 8 or not 8 <= self.bn <= 256 or self.stages < 3 or self.min_blocks < 1:
             raise ValueError(f"wgmma GEMM: tile {self} is not 1+ warpgroups over 8..256 columns with 3+ stages")
 
+    def tile(self, bk: int) -> str:
+        """``BMxBNxBK_sS`` (K in elements), ``_bB`` for ``min_blocks`` blocks an SM."""
+        return f"{self.bm}x{self.bn}x{bk}_s{self.stages}" + (f"_b{self.min_blocks}" if self.min_blocks > 1 else "")
+
     def params(self) -> dict:
-        return {"bm": self.bm, "bn": self.bn, "bk": BK, "wgs": self.wgs, "stages": self.stages}
+        return {"bm": self.bm, "bn": self.bn, "bk": BK, "wgs": self.wgs, "stages": self.stages,
+                **({"min_blocks": self.min_blocks} if self.min_blocks > 1 else {})}
 
     @property
     def name(self) -> str:
-        return f"wgmma_{self.bm}x{self.bn}x{BK}_s{self.stages}"
+        return f"wgmma_{self.tile(BK)}"
 
     def ring_floats(self) -> int:
         """Shared floats of the ring, plus the slack to align it to an atom."""
@@ -110,15 +114,6 @@ class WgmmaConfig:
 
 #: Configurations offered, best first.
 WGMMA_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5))
-
-
-def swizzled(row, k):
-    """Float offset of element ``(row, k)`` in a K-major tile of 32-float rows, 128-byte
-    swizzle: 16-byte chunk ``k // 4`` of the row at chunk ``(k // 4) ^ (row % 8)``."""
-    return row * BK + ((((k >> 2) ^ (row & 7)) << 2) | (k & 3))
-
-
-swizzled_device = jit(device=True)(swizzled)
 
 
 # --------------------------------------------------------------------------- copies
@@ -352,16 +347,16 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
     kernel.__name__ = (f"{'conv' if gather is not None else 'gemm'}_{config.name}{kind}_"
                        f"{'even' if even else 'guarded'}"
                        f"{'_splitk' if split else ''}")
-    return jit(kernel, launch_bounds=(NT, 1))
+    return jit(kernel, launch_bounds=(NT, config.min_blocks))
 
 
 # --------------------------------------------------------------------------- tactics
 
 
 def operand_layouts(meta: np.ndarray, offs: np.ndarray) -> tuple[bool, bool] | None:
-    """``(a_k_contiguous, b_k_contiguous)`` for the copies, or None when the product does
-    not suit them: each operand is K-contiguous with 16-byte chunks (row stride, batch
-    offsets and K multiples of 4) or row-contiguous (4-byte copies, any strides)."""
+    """``(a_k_contiguous, b_k_contiguous)`` for the copies, or None where the product does
+    not suit them: each operand K-contiguous in 16-byte chunks (row stride, batch offsets
+    and K multiples of 4) or row-contiguous (4-byte copies)."""
     sam, sak, sbk, sbn, k = (int(meta[i]) for i in (SAM, SAK, SBK, SBN, K_))
     offsets = np.asarray(offs).reshape(-1, OFFS_W)
 

@@ -104,7 +104,7 @@ def _half_tactic(config: WgmmaConfig, meta, offs, operands, holds_b: bool, split
 
     if fallback is not None:
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = twin_name(f"wgmma_f16_{config.bm}x{config.bn}x{HALF_BK}_s{config.stages}", splits, ragged, split_twin)
+    name = twin_name(f"wgmma_f16_{config.tile(HALF_BK)}", splits, ragged, split_twin)
     params = {**config.params(), "bk": HALF_BK, "splits": "any" if split_twin else splits, "held_b": holds_b,
               "even": even}
     return Tactic(name, launches, params, workspace_bytes)

@@ -157,7 +157,7 @@ def int8_tactic(config: WgmmaConfig, meta: np.ndarray, offs: np.ndarray, operand
     workspace_bytes = starts[-1]
     if fallback is not None:
         workspace_bytes = max(workspace_bytes, fallback.workspace_bytes)
-    name = (f"wgmma_{operands.label}_{config.bm}x{config.bn}x{INT8_BK}_s{config.stages}"
+    name = (f"wgmma_{operands.label}_{config.tile(INT8_BK)}"
             + (f"_splitk{splits}" if split else ""))
     params = {**config.params(), "bk": INT8_BK, "splits": splits, "held_b": held is not None,
               "operands": operands.types, "zero_points": "corrected" if corrected else "none"}

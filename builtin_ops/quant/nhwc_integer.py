@@ -210,7 +210,7 @@ def wgmma_tactic(config: WgmmaConfig, meta: np.ndarray, operands: Int8Operands, 
                               (flat(outs[0]), partial, zp, meta_d, np.int64(splits), arguments)))
         return run
 
-    name = (f"wgmma_nhwc_{operands.label}_{config.bm}x{config.bn}x{INT8_BK}_s{config.stages}"
+    name = (f"wgmma_nhwc_{operands.label}_{config.tile(INT8_BK)}"
             + (f"_splitk{splits}" if split else ""))
     params = {**config.params(), "bk": INT8_BK, "splits": splits, "operands": operands.types, "format": FORMAT}
     return Tactic(name, launches, params, max(4 * splits * total if split else 0, fallback.workspace_bytes))
