@@ -56,7 +56,7 @@ GATHER_META_LEN = META_LEN + 12
 #: gather's setup, 460 bytes), and one block's store overlaps the other's main loop.
 GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 128, 5), WgmmaConfig(2, 64, 6),
                                         WgmmaConfig(2, 128, 3), WgmmaConfig(2, 64, 3), WgmmaConfig(4, 64, 3),
-                                        WgmmaConfig(2, 128, 3, 2), WgmmaConfig(2, 64, 3, 2))
+                                        WgmmaConfig(2, 128, 3, 2), WgmmaConfig(2, 64, 3, 2), WgmmaConfig(2, 64, 4, 2))
 #: The simulator offers none (its emulated MMAs are slow) unless a test swaps in a tile.
 SIM_CONFIGS: tuple[WgmmaConfig, ...] = ()
 #: What the tactics' ``params["format"]`` say of their tensors (``plugrt inspect``'s format).
@@ -193,12 +193,12 @@ def config_order(out_channels: int, k_tiles: int) -> list[WgmmaConfig]:
     """The tiles worth compiling for ``out_channels`` and a K of ``k_tiles`` tiles, best
     guess first: tiles no wider than the channels (above 64), and not narrower than 128
     for 256 channels or more; shallow rings first for a short K (:data:`SHORT_K_TILES`),
-    two blocks an SM first among them, deep ones first otherwise; wider tiles first among
-    equals. Measured on the H200 (``conv_nhwc`` part): ResNet-50's 3x3 layers with 9 K
+    those for two blocks an SM first (their rings hold two tiles in flight an SM, or four),
+    deep ones first otherwise; wider tiles first among equals. Measured on the H200 (``conv_nhwc`` part): ResNet-50's 3x3 layers with 9 K
     tiles run best on a 3-stage ring, those with 18 and more on 4- and 5-stage ones."""
     keep = [c for c in configs() if not ((c.bn > out_channels and c.bn > 64) or (out_channels >= 256 and c.bn < 128))]
     short = k_tiles <= SHORT_K_TILES
-    return sorted(keep, key=lambda c: ((c.stages > 3, c.min_blocks == 1) if short else (c.stages <= 3, c.min_blocks > 1),
+    return sorted(keep, key=lambda c: ((c.min_blocks == 1, c.stages > 3) if short else (c.stages <= 3, c.min_blocks > 1),
                                        -c.bn, -c.bm))
 
 
