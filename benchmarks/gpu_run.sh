@@ -10,9 +10,15 @@ if [ -d .whl ]; then  # numba-cuda needs numpy < 2.5; carried as a wheel
 fi
 if ls -d .carry[0-9]* >/dev/null 2>&1; then  # wheels too large for one call (Ray, pytriton): benchmarks/carry.py
   # A call that carries a part before the last runs the rest of the script without them.
+  # Wheels are installed; a .tar.xz is a site folder installed here beforehand (smaller: xz,
+  # and what serving does not need left out), unpacked as it is.
   if python3 benchmarks/carry.py join .carry .carried; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .carried/*.whl \
-      && export PYTHONPATH=$PWD/.site
+    mkdir -p .site && export PYTHONPATH=$PWD/.site
+    [ -e .site/.unpacked ] || for t in .carried/*.tar.xz; do [ -e "$t" ] && tar -xJf "$t" -C .site; done
+    touch .site/.unpacked
+    if ls .carried/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .carried/*.whl
+    fi
   fi
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . $(printf -- "-e %s " contrib_plugins/*/) \
