@@ -150,11 +150,12 @@ def test_every_precision_and_format_matches_onnxruntime(rng, fp16, layout):
 def test_the_stem_may_run_as_an_explicit_im2col_and_gemm(rng, tmp_path, monkeypatch):
     """A stem's 3 channels, padded to 8, leave 5/8 of its K unused: it is offered as an
     explicit im2col (K packed to the 27 real taps, 32) and a GEMM. A tuner that finds it
-    fastest keeps it; the FP16 engine matches onnxruntime, in memory and from its plan."""
+    fastest keeps it; the FP16 engine matches onnxruntime, in memory and from its plan.
+    (Unequal strides: equal ones would fold into channels first, leaving too little unused.)"""
     monkeypatch.setattr(channels_last, "MIN_CONVS", 1)
     w = (rng.standard_normal((8, 3, 3, 3)) / 5).astype(np.float32)
     b = rng.standard_normal(8).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 1], strides=[2, 2], name="stem"),
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 1], strides=[2, 1], name="stem"),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
     graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 6])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -299,3 +300,55 @@ def test_off_hopper_nothing_changes(rng, monkeypatch):
     monkeypatch.setattr(channels_last, "hopper", lambda: False)
     graph = ops_after_passes(small_resnet(rng))
     assert not any(node.op_type == "ConvNHWC" for node in graph.nodes)
+
+
+def strided_stem_net(rng, channels, size, kernel, stride, pads, batch=2):
+    """A first conv (``kernel``/``stride`` over few channels), ReLU, then three 3x3 convs of 8."""
+    inits = {"stem.w": rng.standard_normal((8, channels, kernel, kernel)) * 0.3, "stem.b": rng.standard_normal(8)}
+    nodes = [helper.make_node("Conv", ["x", "stem.w", "stem.b"], ["s"], name="stem", kernel_shape=[kernel, kernel],
+                              strides=[stride, stride], pads=pads),
+             helper.make_node("Relu", ["s"], ["r0"], name="stem.relu")]
+    for i in range(1, 4):
+        inits[f"c{i}.w"] = rng.standard_normal((8, 8, 3, 3)) * 0.2
+        nodes.append(helper.make_node("Conv", [f"r{i - 1}", f"c{i}.w"], [f"r{i}"], name=f"c{i}", pads=[1] * 4))
+    graph = helper.make_graph(nodes, "stem_net",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", channels, *size])],
+                              [helper.make_tensor_value_info("r3", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("channels, size, kernel, stride, pads, taps", [
+    (3, (14, 14), 7, 2, [3, 3, 3, 3], 4),  # ResNet's stem: 4x4 taps over 12 (16) channels
+    (3, (13, 11), 5, 2, [2, 1, 0, 2], 3),  # odd sizes (padded to whole blocks), uneven pads
+    (1, (9, 12), 3, 3, [1, 1, 1, 1], 2),  # grayscale, stride 3: 9 channels a block
+])
+@pytest.mark.parametrize("fp16", [False, True])
+def test_a_strided_stem_over_few_channels_runs_on_its_blocks(rng, channels, size, kernel, stride, pads, taps, fp16):
+    """A first layer's stride folds into its channels (space to depth): the stem becomes a
+    stride-1 ConvNHWC of ``taps x taps`` over the ``stride x stride`` blocks (K shorter than
+    ``kernel x kernel`` over 8 padded channels), and the engine matches onnxruntime."""
+    model = strided_stem_net(rng, channels, size, kernel, stride, pads)
+    graph = ops_after_passes(model)
+    stem = next(n for n in graph.nodes if n.name == "stem")
+    depth = stride * stride * channels
+    assert stem.op_type == "ConvNHWC" and list(stem.attrs["kernel_shape"]) == [taps, taps], stem.attrs
+    assert list(stem.attrs["strides"]) == [1, 1]
+    assert graph.info(stem.inputs[1]).shape == (8, taps, taps, depth + (-depth % 8))
+    assert taps * taps * (depth + (-depth % 8)) < kernel * kernel * 8
+    x = rng.standard_normal((2, channels, *size)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    profile = OptimizationProfile().set_shape("x", (1, channels, *size), (2, channels, *size), (2, channels, *size))
+    engine = Builder().build_engine(model, BuilderConfig(progress=False, fp16=fp16, profiles=[profile]))
+    got = engine.create_execution_context().execute({"x": x})["r3"]
+    tol = 2e-2 if fp16 else FP32_TOL
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("channels, kernel", [(3, 1), (8, 7)])
+def test_blocks_only_where_they_shorten_k(rng, channels, kernel):
+    """A strided 1x1 over 3 channels (its K would grow from 8 to 16) and a stem whose
+    channels are whole keep their own kernel."""
+    graph = ops_after_passes(strided_stem_net(rng, channels, (8, 8), kernel, 2, [kernel // 2] * 4))
+    stem = next(n for n in graph.nodes if n.name == "stem")
+    assert list(stem.attrs["kernel_shape"]) == [kernel, kernel] and list(stem.attrs["strides"]) == [2, 2]

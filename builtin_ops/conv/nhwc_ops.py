@@ -120,4 +120,59 @@ def channels_last_form(node, graph, multiple: int = CHANNEL_MULTIPLE) -> dict | 
     return {"attrs": attrs, "weight": np.ascontiguousarray(weight), "pad_channels": pad}
 
 
+def space_to_depth_form(node, graph, form: dict, multiple: int = CHANNEL_MULTIPLE) -> dict | None:
+    """A first layer's stride folded into its channels (as MLPerf's ResNet stems do), where
+    that shortens its K: a stride-``s`` Conv over C channels is a stride-1 Conv over the
+    ``s x s`` blocks of its input, ``s * s * C`` channels each (channel ``(rh * s + rw) *
+    C + c``). ResNet's 7x7/2 stem over 3 channels: K 4 * 4 * 16 = 256 instead of 7 * 7 * 8
+    = 392 (FP16; INT8: 256 instead of 784), its 16-byte chunks two a tap instead of one.
+
+    Along each axis (kernel k, pads b and e, input size H, output size O): with q =
+    -ceil(b / s), tap j of ``k' = floor((k - 1 - b) / s) - q + 1`` and block offset r
+    carry the original tap ``t = s * (j + q) + r + b`` (zero where t is outside 0..k-1);
+    the block Conv pads ``-q`` before and what the last output reaches past the
+    ``ceil(H / s)`` blocks after (the input zero-padded to whole blocks first). ``form``:
+    :func:`channels_last_form`'s for ``node``. Returns ``{"attrs", "weight",
+    "pad_channels", "block", "spatial_pad"}``, or None where it does not apply (channels
+    already whole, a group, unequal strides or stride 1, dilation, a symbolic spatial size)
+    or would not shorten K."""
+    attrs = form["attrs"]
+    x, w = graph.info(node.inputs[0]), graph.info(node.inputs[1])
+    strides = list(attrs.get("strides", [1, 1]))
+    if (not form["pad_channels"] or attrs.get("group", 1) != 1 or any(d != 1 for d in attrs.get("dilations", [1, 1]))
+            or strides[0] != strides[1] or strides[0] < 2 or not all(isinstance(d, int) for d in x.shape[2:])):
+        return None
+    s, channels = strides[0], x.shape[1]
+    kernel, pads = w.value.shape[2:], list(attrs.get("pads", [0, 0, 0, 0]))
+    blocks, taps, begins, ends, origins = [], [], [], [], []
+    for axis in range(2):
+        k, b, e, size = kernel[axis], pads[axis], pads[axis + 2], x.shape[2 + axis]
+        out = (size + b + e - k) // s + 1
+        q = -(-b // s)
+        tap_count = (k - 1 - b) // s + q + 1
+        block_count = -(-size // s)
+        end = (out - 1) - q + tap_count - 1 - (block_count - 1)
+        if end < 0 or block_count + q + max(end, 0) - tap_count + 1 != out:
+            return None
+        blocks.append(block_count), taps.append(tap_count), begins.append(q), ends.append(end)
+        origins.append([[s * (j - q) + r + b for r in range(s)] for j in range(tap_count)])
+    depth = s * s * channels
+    pad = -depth % multiple
+    if taps[0] * taps[1] * (depth + pad) >= kernel[0] * kernel[1] * (channels + form["pad_channels"]):
+        return None
+    original = np.moveaxis(w.value, 1, -1)  # [M, kh, kw, C]
+    weight = np.zeros((original.shape[0], taps[0], taps[1], depth + pad), original.dtype)
+    for jh, row in enumerate(origins[0]):
+        for jw, column in enumerate(origins[1]):
+            for rh, th in enumerate(row):
+                for rw, tw in enumerate(column):
+                    if 0 <= th < kernel[0] and 0 <= tw < kernel[1]:
+                        at = (rh * s + rw) * channels
+                        weight[:, jh, jw, at:at + channels] = original[:, th, tw]
+    block_attrs = {**attrs, "kernel_shape": taps, "strides": [1, 1], "pads": [begins[0], begins[1], ends[0], ends[1]],
+                   "dilations": [1, 1]}
+    return {"attrs": block_attrs, "weight": weight, "pad_channels": pad, "block": s,
+            "spatial_pad": [blocks[0] * s - x.shape[2], blocks[1] * s - x.shape[3]]}
+
+
 OPS = (ConvNHWC,)

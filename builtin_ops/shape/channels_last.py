@@ -86,7 +86,10 @@ def _convert_convs(graph: Graph, registry, multiple: int) -> int:
         form = conv_nhwc.channels_last_form(node, graph, multiple)
         if form is None or (form["pad_channels"] and graph.opsets.get("", 17) < PAD_OPSET):
             continue
-        x = _channels_last_input(graph, registry, node, form["pad_channels"], made)
+        blocked = conv_nhwc.space_to_depth_form(node, graph, form, multiple)
+        if blocked is not None:
+            form = blocked
+        x = _channels_last_input(graph, registry, node, form["pad_channels"], made, blocked)
         if x is None:
             continue
         weight = add_constant(graph, f"{node.inputs[1]}_nhwc", form["weight"])
@@ -104,24 +107,66 @@ def _convert_convs(graph: Graph, registry, multiple: int) -> int:
     return converted
 
 
-def _channels_last_input(graph: Graph, registry, node: Node, pad: int, made: dict) -> str | None:
+def _channels_last_input(graph: Graph, registry, node: Node, pad: int, made: dict,
+                         blocked: dict | None = None) -> str | None:
     """``node``'s input NHWC (one Transpose per tensor, shared), its channels padded with
-    ``pad`` zeros (one Pad, shared)."""
+    ``pad`` zeros (one Pad, shared); with ``blocked``
+    (:func:`plugrt_builtin_ops.conv.nhwc_ops.space_to_depth_form`) its ``s x s`` blocks
+    made channels first (:func:`_blocks`)."""
     x = node.inputs[0]
     if (x, 0) not in made:
         made[x, 0] = fresh_name(graph, f"{x}_nhwc")
         insert_nodes(graph, graph.nodes.index(node), [_transpose(graph, registry, x, made[x, 0], TO_LAST,
                                                                  f"{node.name}/to_nhwc")])
-    if pad and (x, pad) not in made:
+    source, key = made[x, 0], (x, pad)
+    if blocked is not None:
+        key = (x, pad, blocked["block"])
+        if key not in made:
+            source = _blocks(graph, registry, node, source, blocked)
+            if source is None:
+                return None
+            if not pad:
+                made[key] = source
+    if pad and key not in made:
         pads = add_constant(graph, f"{x}_channel_pads", np.array([0, 0, 0, 0, 0, 0, 0, pad], np.int64))
         padded = fresh_name(graph, f"{x}_nhwc_padded")
-        node_pad = make_node(graph, registry, "Pad", [made[x, 0], pads], [padded], {"mode": "constant"},
-                             opset=graph.opsets.get("", 17), name=fresh_name(graph, f"{node.name}/pad_channels"))
+        node_pad = _pad(graph, registry, source, pads, padded, f"{node.name}/pad_channels")
         if node_pad is None:
             return None
         insert_nodes(graph, graph.nodes.index(node), [node_pad])
-        made[x, pad] = padded
-    return made[x, pad]
+        made[key] = padded
+    return made.get(key, source)
+
+
+def _blocks(graph: Graph, registry, node: Node, x: str, blocked: dict) -> str | None:
+    """NHWC ``x`` ``[N, H, W, C]`` as ``[N, H/s, W/s, s * s * C]`` (channel ``(rh * s + rw)
+    * C + c``): zero-padded to whole blocks where needed, then Reshape ``[N, H/s, s, W/s, s,
+    C]``, Transpose to ``[N, H/s, W/s, s, s, C]`` and Reshape."""
+    s, (extra_h, extra_w) = blocked["block"], blocked["spatial_pad"]
+    _, channels, height, width = graph.info(node.inputs[0]).shape  # (x is node's input's NHWC form)
+    opset, nodes = graph.opsets.get("", 17), []
+    if extra_h or extra_w:
+        pads = add_constant(graph, f"{x}_block_pads", np.array([0, 0, 0, 0, 0, extra_h, extra_w, 0], np.int64))
+        nodes.append(_pad(graph, registry, x, pads, fresh_name(graph, f"{x}_whole_blocks"), f"{node.name}/pad_blocks"))
+        x = nodes[-1].outputs[0] if nodes[-1] is not None else x
+    hb, wb = (height + extra_h) // s, (width + extra_w) // s
+    split = add_constant(graph, f"{x}_block_shape", np.array([0, hb, s, wb, s, channels], np.int64))
+    joined = add_constant(graph, f"{x}_blocked_shape", np.array([0, hb, wb, s * s * channels], np.int64))
+    names = [fresh_name(graph, f"{x}_{suffix}") for suffix in ("split", "blocked", "depth")]
+    nodes += [make_node(graph, registry, "Reshape", [x, split], [names[0]], opset=opset,
+                        name=fresh_name(graph, f"{node.name}/split_blocks")),
+              _transpose(graph, registry, names[0], names[1], [0, 1, 3, 2, 4, 5], f"{node.name}/blocks_to_channels"),
+              make_node(graph, registry, "Reshape", [names[1], joined], [names[2]], opset=opset,
+                        name=fresh_name(graph, f"{node.name}/join_blocks"))]
+    if any(made is None for made in nodes):
+        return None
+    insert_nodes(graph, graph.nodes.index(node), nodes)
+    return names[2]
+
+
+def _pad(graph: Graph, registry, x: str, pads: str, target: str, name: str) -> Node | None:
+    return make_node(graph, registry, "Pad", [x, pads], [target], {"mode": "constant"},
+                     opset=graph.opsets.get("", 17), name=fresh_name(graph, name))
 
 
 def _transpose(graph: Graph, registry, source: str, target: str, perm: list[int], name: str) -> Node | None:
