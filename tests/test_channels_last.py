@@ -322,6 +322,7 @@ def strided_stem_net(rng, channels, size, kernel, stride, pads, batch=2):
     (3, (14, 14), 7, 2, [3, 3, 3, 3], 4),  # ResNet's stem: 4x4 taps over 12 (16) channels
     (3, (13, 11), 5, 2, [2, 1, 0, 2], 3),  # odd sizes (padded to whole blocks), uneven pads
     (1, (9, 12), 3, 3, [1, 1, 1, 1], 2),  # grayscale, stride 3: 9 channels a block
+    (3, (12, 8), 4, 4, [0, 0, 0, 0], 1),  # a patch embedding (ConvNeXt's, a ViT's): a 1x1 over 48 channels
 ])
 @pytest.mark.parametrize("fp16", [False, True])
 def test_a_strided_stem_over_few_channels_runs_on_its_blocks(rng, channels, size, kernel, stride, pads, taps, fp16):
