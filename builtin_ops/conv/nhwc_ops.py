@@ -121,17 +121,17 @@ def channels_last_form(node, graph, multiple: int = CHANNEL_MULTIPLE) -> dict | 
 
 
 def space_to_depth_form(node, graph, form: dict, multiple: int = CHANNEL_MULTIPLE) -> dict | None:
-    """A first layer's stride folded into its channels (as MLPerf's ResNet stems do), where
-    that shortens its K: a stride-``s`` Conv over C channels is a stride-1 Conv over the
+    """A first layer's stride folded into its channels (space to depth, as TPU ResNet-50
+    stems do), where that shortens its K: a stride-``s`` Conv over C channels is a stride-1 Conv over the
     ``s x s`` blocks of its input, ``s * s * C`` channels each (channel ``(rh * s + rw) *
     C + c``). ResNet's 7x7/2 stem over 3 channels: K 4 * 4 * 16 = 256 instead of 7 * 7 * 8
     = 392 (FP16; INT8: 256 instead of 784), its 16-byte chunks two a tap instead of one.
 
-    Along each axis (kernel k, pads b and e, input size H, output size O): with q =
-    -ceil(b / s), tap j of ``k' = floor((k - 1 - b) / s) - q + 1`` and block offset r
-    carry the original tap ``t = s * (j + q) + r + b`` (zero where t is outside 0..k-1);
-    the block Conv pads ``-q`` before and what the last output reaches past the
-    ``ceil(H / s)`` blocks after (the input zero-padded to whole blocks first). ``form``:
+    Along each axis (kernel k, pads b and e, input size H, output size O): with ``l =
+    ceil(b / s)`` blocks of padding before, tap j of ``k' = floor((k - 1 - b) / s) + l + 1``
+    and block offset r carry the original tap ``t = s * (j - l) + r + b`` (zero where t is
+    outside 0..k-1); the block Conv pads ``l`` before and what the last output reaches past
+    the ``ceil(H / s)`` blocks after (the input zero-padded to whole blocks first). ``form``:
     :func:`channels_last_form`'s for ``node``. Returns ``{"attrs", "weight",
     "pad_channels", "block", "spatial_pad"}``, or None where it does not apply (channels
     already whole, a group, unequal strides or stride 1, dilation, a symbolic spatial size)
@@ -148,14 +148,14 @@ def space_to_depth_form(node, graph, form: dict, multiple: int = CHANNEL_MULTIPL
     for axis in range(2):
         k, b, e, size = kernel[axis], pads[axis], pads[axis + 2], x.shape[2 + axis]
         out = (size + b + e - k) // s + 1
-        q = -(-b // s)
-        tap_count = (k - 1 - b) // s + q + 1
+        lead = -(-b // s)
+        tap_count = (k - 1 - b) // s + lead + 1
         block_count = -(-size // s)
-        end = (out - 1) - q + tap_count - 1 - (block_count - 1)
-        if end < 0 or block_count + q + max(end, 0) - tap_count + 1 != out:
+        end = (out - 1) - lead + tap_count - 1 - (block_count - 1)
+        if end < 0:  # (the blocks would give more outputs than the Conv)
             return None
-        blocks.append(block_count), taps.append(tap_count), begins.append(q), ends.append(end)
-        origins.append([[s * (j - q) + r + b for r in range(s)] for j in range(tap_count)])
+        blocks.append(block_count), taps.append(tap_count), begins.append(lead), ends.append(end)
+        origins.append([[s * (j - lead) + r + b for r in range(s)] for j in range(tap_count)])
     depth = s * s * channels
     pad = -depth % multiple
     if taps[0] * taps[1] * (depth + pad) >= kernel[0] * kernel[1] * (channels + form["pad_channels"]):

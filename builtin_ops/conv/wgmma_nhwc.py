@@ -194,8 +194,9 @@ def config_order(out_channels: int, k_tiles: int) -> list[WgmmaConfig]:
     guess first: tiles no wider than the channels (above 64), and not narrower than 128
     for 256 channels or more; shallow rings first for a short K (:data:`SHORT_K_TILES`),
     those for two blocks an SM first (their rings hold two tiles in flight an SM, or four),
-    deep ones first otherwise; wider tiles first among equals. Measured on the H200 (``conv_nhwc`` part): ResNet-50's 3x3 layers with 9 K
-    tiles run best on a 3-stage ring, those with 18 and more on 4- and 5-stage ones."""
+    deep ones first otherwise; wider tiles first among equals. Measured on the H200
+    (``conv_nhwc`` part, one block an SM): ResNet-50's 3x3 layers with 9 K tiles run best
+    on a 3-stage ring, those with 18 and more on 4- and 5-stage ones."""
     keep = [c for c in configs() if not ((c.bn > out_channels and c.bn > 64) or (out_channels >= 256 and c.bn < 128))]
     short = k_tiles <= SHORT_K_TILES
     return sorted(keep, key=lambda c: ((c.min_blocks == 1, c.stages > 3) if short else (c.stages <= 3, c.min_blocks > 1),
