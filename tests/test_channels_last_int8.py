@@ -146,9 +146,10 @@ def test_channels_last_form_pads_int8_builds_to_whole_chunks():
 # ----------------------------------------------------------------------------- an INT8 engine
 
 
-def small_cnn(seed: int = 23):
-    """Conv-BN-Relu (3 -> 16), MaxPool, a residual block (3x3 then 1x1, Add), a strided
-    3x3 to 32 channels, global pooling and a Gemm: four convolutions channels-last."""
+def small_cnn(seed: int = 23, stem_stride: int = 1):
+    """Conv-BN-Relu (3 -> 16, stride ``stem_stride``), MaxPool, a residual block (3x3 then
+    1x1, Add), a strided 3x3 to 32 channels, global pooling and a Gemm: four convolutions
+    channels-last."""
     rng = np.random.default_rng(seed)
 
     def weights(*shape, scale=None):
@@ -160,7 +161,7 @@ def small_cnn(seed: int = 23):
             "var": (0.5 + rng.random(16)).astype(np.float32), "w2": weights(16, 16, 3, 3), "w3": weights(16, 16, 1, 1),
             "w4": weights(32, 16, 3, 3), "b4": weights(32, scale=0.1), "fc": weights(10, 32), "fcb": weights(10, scale=0.1)}
     nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[stem_stride] * 2, name="conv1"),
         helper.make_node("BatchNormalization", ["c1", "gamma", "beta", "mean", "var"], ["n1"], name="bn1"),
         helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
@@ -181,8 +182,9 @@ def small_cnn(seed: int = 23):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_int8_cnn_runs_conv_integer_nhwc_without_quantize_kernels_between_layers():
-    model = small_cnn()
+@pytest.mark.parametrize("stem_stride", [1, 2])  # 2: the stem runs on 2x2 blocks, 12 of 16 channels
+def test_int8_cnn_runs_conv_integer_nhwc_without_quantize_kernels_between_layers(stem_stride):
+    model = small_cnn(stem_stride=stem_stride)
     rng = np.random.default_rng(24)
     batches = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
     # (No build-time accuracy check: one more engine run in the simulator; the test measures it.)
@@ -202,6 +204,8 @@ def test_int8_cnn_runs_conv_integer_nhwc_without_quantize_kernels_between_layers
         if layer["op"] in ("QuantizeLinear", "DequantizeLinear"):
             assert not any("Integer" in made_by.get(name, "") for name in layer["inputs"]), layers
     assert sum(op == "QuantizeLinear" for op in ops) <= 2, ops
+    weights = {tuple(v.info.shape) for v in engine.graph.values.values() if v.info is not None and v.info.value is not None}
+    assert ((16, 2, 2, 16) if stem_stride == 2 else (16, 3, 3, 16)) in weights, weights
     pool = next(node for node in engine.graph.nodes if node.op_type == "MaxPoolNHWC")
     assert engine.graph.info(pool.inputs[0]).dtype == np.int8  # the pool moves INT8 data
     feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
