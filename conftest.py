@@ -1,18 +1,20 @@
 """Setup for every test path (tests/ and each contrib plugin's tests): plugrt imported first,
 so that it picks the GPU or Numba's CUDA simulator before numba.cuda is imported; in the
-simulator, a block's threads meet at ``syncthreads`` through a barrier instead of a poll.
+simulator, a block's threads come from a pool and meet at ``syncthreads`` at a barrier.
 
-Numba's simulator runs each CUDA thread of a block as a Python thread, and its block manager
-finds out which of them wait in ``syncthreads`` (or have ended) by polling them all in a
-loop that never sleeps: under the GIL the poll takes most of the time the threads should
-get (tiny BERT's forward pass: 13.7 s, 5.0 s with the barrier). The barrier keeps the
-simulator's rules: every thread of the block runs to its end; ``syncthreads`` releases
-the waiting threads once every live thread waits; the first thread to raise aborts the
-others and its exception is the launch's.
+Numba's simulator runs each CUDA thread of a block as a new Python thread, and its block
+manager finds out which of them wait in ``syncthreads`` (or have ended) by polling them all
+in a loop that never sleeps: under the GIL the poll takes most of the time the threads
+should get (tiny BERT's forward pass: 13.7 s; with the barrier and the pool, 4 s). The
+replacement keeps the simulator's rules: each CUDA thread is a Python thread of its own
+(``threading.current_thread()`` answers its indices), every thread of the block runs to its
+end, ``syncthreads`` releases the waiting threads once every live thread waits, and the
+first thread to raise aborts the others and its exception is the launch's.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -64,50 +66,106 @@ class _BlockBarrier:
             self.waiting = []
 
 
-def _use_a_barrier_in_the_simulator() -> None:
+class _CudaThread(threading.Thread):
+    """A Python thread that runs one CUDA thread of a block at a time, then waits for the
+    next: what the simulator's kernel API asks ``threading.current_thread()`` for."""
+
+    def __init__(self, pool: list, pool_lock) -> None:
+        super().__init__(daemon=True)
+        self._pool, self._pool_lock = pool, pool_lock
+        self._wake = threading.Event()
+        self.syncthreads_event = threading.Event()
+        self.syncthreads_blocked = False
+        self.start()
+
+    def assign(self, manager, barrier, function, args, block_idx, thread_idx) -> None:
+        from numba.cuda.simulator.kernelapi import Dim3
+
+        self._manager, self.barrier, self._function, self._args = manager, barrier, function, args
+        self.blockIdx, self.threadIdx = Dim3(*block_idx), Dim3(*thread_idx)
+        block = manager._block_dim
+        self.thread_id = thread_idx[0] + block[0] * (thread_idx[1] + block[1] * thread_idx[2])
+        self.exception, self.abort, self.syncthreads_blocked = None, False, False
+        self.syncthreads_event.clear()
+        self._wake.set()
+
+    def run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            barrier = self.barrier
+            try:
+                if self._manager._debug:
+                    with np.errstate(divide="raise"):
+                        self._function(*self._args)
+                else:
+                    self._function(*self._args)
+            except Exception as e:  # what the simulator's BlockThread reports
+                where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+                self.exception = (type(e)(f"{where}: {e}" if str(e) else where), sys.exc_info()[2])
+            self._function = self._args = self._manager = self.barrier = None
+            barrier.leave(self)
+
+    def syncthreads(self) -> None:
+        if self.abort:
+            raise RuntimeError("abort flag set on syncthreads call")
+        self.barrier.arrive(self)
+        self.syncthreads_event.wait()
+        self.syncthreads_event.clear()
+        if self.abort:
+            raise RuntimeError("abort flag set on syncthreads clear")
+
+    def syncthreads_count(self, value):
+        manager = self._manager
+        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
+        self.syncthreads()
+        count = np.count_nonzero(manager.block_state)
+        self.syncthreads()
+        return count
+
+    def syncthreads_and(self, value):
+        manager = self._manager
+        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
+        self.syncthreads()
+        test = np.all(manager.block_state)
+        self.syncthreads()
+        return 1 if test else 0
+
+    def syncthreads_or(self, value):
+        manager = self._manager
+        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
+        self.syncthreads()
+        test = np.any(manager.block_state)
+        self.syncthreads()
+        return 1 if test else 0
+
+
+def _use_a_pool_and_a_barrier_in_the_simulator() -> None:
     from numba.cuda.simulator import kernel
 
     if not hasattr(kernel, "BlockManager") or not hasattr(kernel, "BlockThread"):
         return  # another simulator than the one this replaces the poll of
-
-    class BarrierThread(kernel.BlockThread):
-        barrier: _BlockBarrier
-
-        def run(self) -> None:
-            try:
-                super().run()  # (BlockThread.run keeps the thread's exception)
-            finally:
-                self.barrier.leave(self)
-
-        def syncthreads(self) -> None:
-            if self.abort:
-                raise RuntimeError("abort flag set on syncthreads call")
-            self.barrier.arrive(self)
-            self.syncthreads_event.wait()
-            self.syncthreads_event.clear()
-            if self.abort:
-                raise RuntimeError("abort flag set on syncthreads clear")
+    idle: list = []
+    idle_lock = threading.Lock()
 
     def run(self, grid_point, *args) -> None:
-        def target():
-            self._f(*args)
-
-        threads = [BarrierThread(target, self, grid_point, block_point, self._debug)
-                   for block_point in np.ndindex(*self._block_dim)]
+        points = list(np.ndindex(*self._block_dim))
+        with idle_lock:
+            taken = idle[len(idle) - len(points):] if len(points) <= len(idle) else idle[:]
+            del idle[len(idle) - len(taken):]
+        threads = taken + [_CudaThread(idle, idle_lock) for _ in range(len(points) - len(taken))]
         barrier = _BlockBarrier(threads)
-        for thread in threads:
-            thread.barrier = barrier
-        for thread in threads:
-            thread.start()
+        for thread, point in zip(threads, points):
+            thread.assign(self, barrier, self._f, args, grid_point, point)
         barrier.wait_for_the_block()
         failed = barrier.failed or next((t for t in threads if t.exception), None)
-        if failed is not None:
+        if failed is not None:  # (the block's threads are not reused: some may still run)
             raise failed.exception[0].with_traceback(failed.exception[1])
-        for thread in threads:  # (every thread has left: no reference cycle outlives the launch)
-            del thread.barrier
+        with idle_lock:
+            idle.extend(threads)
 
     kernel.BlockManager.run = run
 
 
 if simulated():
-    _use_a_barrier_in_the_simulator()
+    _use_a_pool_and_a_barrier_in_the_simulator()
