@@ -18,7 +18,6 @@ import sys
 import threading
 
 import numpy as np
-
 import plugrt  # noqa: F401  (chooses GPU or simulator before numba.cuda is imported)
 from plugrt.device import simulated
 
@@ -70,21 +69,19 @@ class _CudaThread(threading.Thread):
     """A Python thread that runs one CUDA thread of a block at a time, then waits for the
     next: what the simulator's kernel API asks ``threading.current_thread()`` for."""
 
-    def __init__(self, pool: list, pool_lock) -> None:
+    def __init__(self) -> None:
         super().__init__(daemon=True)
-        self._pool, self._pool_lock = pool, pool_lock
         self._wake = threading.Event()
         self.syncthreads_event = threading.Event()
         self.syncthreads_blocked = False
         self.start()
 
     def assign(self, manager, barrier, function, args, block_idx, thread_idx) -> None:
-        from numba.cuda.simulator.kernelapi import Dim3
-
+        """Run CUDA thread ``thread_idx`` (a Dim3) of block ``block_idx`` (a Dim3) next."""
         self._manager, self.barrier, self._function, self._args = manager, barrier, function, args
-        self.blockIdx, self.threadIdx = Dim3(*block_idx), Dim3(*thread_idx)
+        self.blockIdx, self.threadIdx = block_idx, thread_idx
         block = manager._block_dim
-        self.thread_id = thread_idx[0] + block[0] * (thread_idx[1] + block[1] * thread_idx[2])
+        self.thread_id = thread_idx.x + block[0] * (thread_idx.y + block[1] * thread_idx.z)
         self.exception, self.abort, self.syncthreads_blocked = None, False, False
         self.syncthreads_event.clear()
         self._wake.set()
@@ -100,7 +97,7 @@ class _CudaThread(threading.Thread):
                         self._function(*self._args)
                 else:
                     self._function(*self._args)
-            except Exception as e:  # what the simulator's BlockThread reports
+            except Exception as e:  # noqa: BLE001 - the launch raises it (as the simulator's BlockThread)
                 where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
                 self.exception = (type(e)(f"{where}: {e}" if str(e) else where), sys.exc_info()[2])
             self._function = self._args = self._manager = self.barrier = None
@@ -116,32 +113,27 @@ class _CudaThread(threading.Thread):
             raise RuntimeError("abort flag set on syncthreads clear")
 
     def syncthreads_count(self, value):
-        manager = self._manager
-        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
-        self.syncthreads()
-        count = np.count_nonzero(manager.block_state)
-        self.syncthreads()
-        return count
+        return self._vote(value, np.count_nonzero)
 
     def syncthreads_and(self, value):
-        manager = self._manager
-        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
-        self.syncthreads()
-        test = np.all(manager.block_state)
-        self.syncthreads()
-        return 1 if test else 0
+        return 1 if self._vote(value, np.all) else 0
 
     def syncthreads_or(self, value):
-        manager = self._manager
-        manager.block_state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
+        return 1 if self._vote(value, np.any) else 0
+
+    def _vote(self, value, combine):
+        """Every thread's ``value`` in the block's state, then ``combine`` of them all."""
+        state = self._manager.block_state
+        state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
         self.syncthreads()
-        test = np.any(manager.block_state)
+        result = combine(state)
         self.syncthreads()
-        return 1 if test else 0
+        return result
 
 
 def _use_a_pool_and_a_barrier_in_the_simulator() -> None:
     from numba.cuda.simulator import kernel
+    from numba.cuda.simulator.kernelapi import Dim3
 
     if not hasattr(kernel, "BlockManager") or not hasattr(kernel, "BlockThread"):
         return  # another simulator than the one this replaces the poll of
@@ -153,10 +145,11 @@ def _use_a_pool_and_a_barrier_in_the_simulator() -> None:
         with idle_lock:
             taken = idle[len(idle) - len(points):] if len(points) <= len(idle) else idle[:]
             del idle[len(idle) - len(taken):]
-        threads = taken + [_CudaThread(idle, idle_lock) for _ in range(len(points) - len(taken))]
+        threads = taken + [_CudaThread() for _ in range(len(points) - len(taken))]
         barrier = _BlockBarrier(threads)
+        block_idx = Dim3(*grid_point)
         for thread, point in zip(threads, points):
-            thread.assign(self, barrier, self._f, args, grid_point, point)
+            thread.assign(self, barrier, self._f, args, block_idx, Dim3(*point))
         barrier.wait_for_the_block()
         failed = barrier.failed or next((t for t in threads if t.exception), None)
         if failed is not None:  # (the block's threads are not reused: some may still run)
