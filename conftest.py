@@ -135,8 +135,13 @@ def _use_a_pool_and_a_barrier_in_the_simulator() -> None:
     from numba.cuda.simulator import kernel
     from numba.cuda.simulator.kernelapi import Dim3
 
-    if not hasattr(kernel, "BlockManager") or not hasattr(kernel, "BlockThread"):
-        return  # another simulator than the one this replaces the poll of
+    try:
+        manager = kernel.BlockManager(None, (1, 1, 1), (1, 1, 1), False)
+        known = all(hasattr(manager, name) for name in ("_f", "_block_dim", "_debug", "block_state"))
+    except Exception:  # noqa: BLE001 - a simulator other than the one this speeds up: left as it is
+        known = False
+    if not known:
+        return
     idle: list = []
     idle_lock = threading.Lock()
 
