@@ -353,3 +353,23 @@ def test_blocks_only_where_they_shorten_k(rng, channels, kernel):
     graph = ops_after_passes(strided_stem_net(rng, channels, (8, 8), kernel, 2, [kernel // 2] * 4))
     stem = next(n for n in graph.nodes if n.name == "stem")
     assert list(stem.attrs["kernel_shape"]) == [kernel, kernel] and list(stem.attrs["strides"]) == [2, 2]
+
+
+def test_convolutions_reading_each_other_directly_all_run_channels_last(rng):
+    """Conv -> Conv -> Conv -> Conv with nothing between them (no activation, a BatchNorm
+    folded): each is converted, not only every other one (a converted Conv's output was left
+    untyped for the next), and one Transpose stays at each end."""
+    inits, nodes, prev = [], [], "x"
+    for i in range(4):
+        inits.append(numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"y{i}"], pads=[1] * 4, name=f"c{i}"))
+        prev = f"y{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 6])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized = ops_after_passes(model)
+    assert [n.op_type for n in optimized.nodes] == ["Transpose"] + ["ConvNHWC"] * 4 + ["Transpose"], optimized.nodes
+    x = rng.standard_normal((1, 8, 5, 6)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = Builder().build_engine(model, BuilderConfig(progress=False)).create_execution_context().execute({"x": x})[prev]
+    np.testing.assert_allclose(got, want, rtol=FP32_TOL, atol=FP32_TOL * np.abs(want).max())

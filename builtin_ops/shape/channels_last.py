@@ -100,9 +100,10 @@ def _convert_convs(graph: Graph, registry, multiple: int) -> int:
         if conv is None or back is None:
             continue
         graph.opsets.setdefault(conv_nhwc.DOMAIN, 1)
-        at = graph.nodes.index(node)
+        at, info = graph.nodes.index(node), graph.info(node.outputs[0])
         remove_nodes(graph, [node])
         insert_nodes(graph, at, [conv, back])
+        graph.values[node.outputs[0]].info = info  # (the Conv reading it next is converted in this sweep too)
         converted += 1
     return converted
 
