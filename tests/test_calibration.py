@@ -163,8 +163,19 @@ def test_entropy_matches_a_plain_reimplementation_on_the_same_histogram(rng, dat
         batches = [rng.standard_normal(3000), rng.standard_normal(3000) * 2]
     collector = collect(batches, num_bins=512)
     stats = collector.stats("t")
-    expected = oracle_entropy_edge(stats.histogram) * stats.bin_width
+    expected = min(oracle_entropy_edge(stats.histogram) * stats.bin_width, stats.amax)
     assert collector.compute_amax("t", "entropy") == expected
+
+
+@pytest.mark.parametrize("algorithm", ["entropy", "mse"])
+def test_a_cut_off_in_a_grown_last_bin_is_capped_at_max_abs(rng, algorithm):
+    # The second batch's max lands just past the first's range: the grown last bin's edge
+    # (and centre) lie beyond every value seen, and a heavy last bin makes it the cut-off.
+    top = 1.0 + rng.uniform(0.1, 0.4) / 2048
+    collector = collect([rng.uniform(-1, 1, 100_000), np.full(20_000, top)])
+    stats = collector.stats("t")
+    assert len(stats.histogram) * stats.bin_width > top
+    assert collector.compute_amax("t", algorithm) == stats.amax == top
 
 
 def test_entropy_of_gaussian_data_clips_the_outliers_minmax_chases(rng):

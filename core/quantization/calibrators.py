@@ -22,7 +22,9 @@ and activations clamp to [-128, 127], as TensorRT does.
 Where this departs from pytorch-quantization, on inputs it does not handle: a histogram
 that would grow past ``max_bins`` merges neighbouring bins (the width grows by a whole
 factor, so edges stay aligned); an entropy cut-off below which the histogram is empty is no
-candidate (there KL is undefined); mse tries at most 2048 evenly strided candidates.
+candidate (there KL is undefined); mse tries at most 2048 evenly strided candidates; entropy
+and mse ranges are capped at max |x| (a cut-off in the last bin is otherwise its edge, up to a
+bin width beyond every value seen).
 """
 
 from __future__ import annotations
@@ -211,9 +213,11 @@ def compute_amax(stats: TensorStats, algorithm: str, percentile: float = DEFAULT
         return stats.amax
     if algorithm == "percentile":
         return percentile_amax(stats.histogram, stats.bin_width, percentile, stats.amax)
+    # A cut-off in the histogram's last bin is that bin's edge (or centre), up to a bin
+    # width past the largest |x| seen: no range needs to reach beyond it.
     if algorithm == "mse":
-        return mse_amax(stats.histogram, stats.bin_width)
-    return entropy_amax(stats.histogram, stats.bin_width)
+        return min(mse_amax(stats.histogram, stats.bin_width), stats.amax)
+    return min(entropy_amax(stats.histogram, stats.bin_width), stats.amax)
 
 
 # ---------------------------------------------------------------------- algorithms
