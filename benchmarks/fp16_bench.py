@@ -108,7 +108,33 @@ def record_run(entry: dict, label: str, plan: str, model: dict, batch: int, refe
     entry[f"{label}_rel_err_vs_torch_fp32"] = relative_error(output, reference)
 
 
-def torch_runs(model: dict, batch: int) -> dict:
+def torch_kernels(fn, iterations: int = 5) -> dict:
+    """torch.profiler's CUDA kernels of one call of ``fn``: the total, the time per kernel
+    name (summed), and the kernels in launch order (name, us) - what plugrt's per-layer
+    profile is set beside. ``fn`` must not replay a CUDA graph (the kernels inside one are
+    not always traced): the caller hands torch.compile's default mode."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iterations):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [(e.name, float(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)))
+               for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    per_call = kernels[: len(kernels) // iterations]
+    by_name: dict = {}
+    for name, us in per_call:
+        by_name[name] = by_name.get(name, 0.0) + us
+    return {"total_ms": sum(us for _, us in per_call) / 1e3, "kernels": len(per_call),
+            "by_name_us": dict(sorted(by_name.items(), key=lambda kv: -kv[1])[:25]),
+            "in_order": [[name[:90], round(us, 2)] for name, us in per_call]}
+
+
+def torch_runs(model: dict, batch: int, profile: bool = False) -> dict:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -133,6 +159,13 @@ def torch_runs(model: dict, batch: int) -> dict:
         compiled_half = torch.compile(half, mode="reduce-overhead")
         report["compile_fp16_ms"] = _median_ms(lambda: compiled_half(xh), torch.cuda.synchronize)
         report["eager_fp16_ms"] = _median_ms(lambda: half(xh), torch.cuda.synchronize)
+        if profile:  # the same compiled kernels, launched without the CUDA graph
+            try:
+                torch._dynamo.reset()
+                plain = torch.compile(half)
+                report["compile_fp16_kernels"] = torch_kernels(lambda: plain(xh))
+            except Exception as exc:  # a diagnosis only: never the figures
+                report["compile_fp16_kernels"] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
         torch._dynamo.reset()
     model["torch"].cpu()
     return report
@@ -166,7 +199,7 @@ def main() -> int:
     for name, model in models.items():
         for batch in batches:
             entry = report.setdefault(f"{name}_b{batch}", {})
-            torch_report = torch_runs(model, batch)
+            torch_report = torch_runs(model, batch, args.profile)
             reference = torch_report.pop("fp32_output")
             entry.update(torch_report)
             variants = [("fp16", True)] + ([("tf32", False)] if batch == max(batches) and not args.no_tf32 else [])
@@ -193,6 +226,10 @@ def main() -> int:
                 print(f"   {label} layers {p['total_ms']:.3f} ms: " + ", ".join(f"{op} {t:.3f}" for op, t in p["by_op_ms"].items()))
                 for row in p["slowest"][:8]:
                     print(f"      {row['median_ms']:.4f} ms {row['name'][:40]} {row['op'][:40]} {row['tactic']}")
+        kernels = entry.get("compile_fp16_kernels")
+        if kernels and "total_ms" in kernels:
+            print(f"   torch.compile fp16 kernels {kernels['total_ms']:.3f} ms in {kernels['kernels']}: "
+                  + ", ".join(f"{n[:40]} {us:.0f}us" for n, us in list(kernels["by_name_us"].items())[:6]))
     return 0
 
 
