@@ -155,16 +155,20 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--servers", default="triton,ray")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs to spread over (in process and Ray replicas)")
+    parser.add_argument("--work", default="", help="a folder kept between runs: a plan built there before is "
+                        "served again (one call builds and measures in process, the next serves)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="plugrt-serving-")
-    model = export_models(work, ["resnet50"])["resnet50"]
+    work = args.work or tempfile.mkdtemp(prefix="plugrt-serving-")
+    os.makedirs(work, exist_ok=True)
     plan = os.path.join(work, "resnet50.plan")
-    subprocess.run([sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--fp16", "--no-progress",
-                    "--optimization-level", "2", "--min-shapes", "input:1x3x224x224", "--opt-shapes",
-                    "input:32x3x224x224", "--max-shapes", "input:32x3x224x224"], check=True,
-                   env=dict(os.environ, **({"PLUGRT_KERNEL_CACHE": os.environ["PLUGRT_BENCH_KERNEL_CACHE"]}
-                                           if os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") else {})))
+    if not os.path.exists(plan):
+        model = export_models(work, ["resnet50"])["resnet50"]
+        subprocess.run([sys.executable, "-m", "plugrt", "build", model["onnx"], "-o", plan, "--fp16", "--no-progress",
+                        "--optimization-level", "2", "--min-shapes", "input:1x3x224x224", "--opt-shapes",
+                        "input:32x3x224x224", "--max-shapes", "input:32x3x224x224"], check=True,
+                       env=dict(os.environ, **({"PLUGRT_KERNEL_CACHE": os.environ["PLUGRT_BENCH_KERNEL_CACHE"]}
+                                               if os.environ.get("PLUGRT_BENCH_KERNEL_CACHE") else {})))
     report = {"in_process": in_process(plan, args.out, "1gpu", "0")}
     if args.gpus > 1:
         report["in_process_all"] = in_process(plan, args.out, f"{args.gpus}gpu", ",".join(map(str, range(args.gpus))))
