@@ -47,7 +47,9 @@ for seq in seqs:
         started = time.perf_counter()
         context.execute(feeds)
         times.append((time.perf_counter() - started) * 1e3)
-    rows.append({"seq": seq, "first_ms": first, "steady_ms": float(np.median(times))})
+    prepared = context.specialize({"input_ids": (1, seq)})  # (the one the first request made: kept)
+    rows.append({"seq": seq, "first_ms": first, "steady_ms": float(np.median(times)),
+                 "prepare_ms": prepared.prepare_seconds * 1e3, "launches": len(prepared.launches)})
 print(json.dumps({"load_s": loaded, "compiled_at_load": after_load,
                   "compiled_after_load": binaries.stats()["compiled"] - after_load, "rows": rows}))
 """
@@ -208,7 +210,8 @@ def main() -> int:
         print(f"{label}: load {entry['load_s']:.2f} s, kernels compiled after load: {entry['compiled_after_load']}")
         for row in entry["rows"]:
             print(f"  seq {row['seq']:4d}: first {row['first_ms']:8.2f} ms, steady {row['steady_ms']:7.3f} ms, "
-                  f"ratio {row['first_ms'] / row['steady_ms']:5.2f}")
+                  f"ratio {row['first_ms'] / row['steady_ms']:5.2f} (preparing {row.get('prepare_ms', float('nan')):.1f} ms "
+                  f"of {row.get('launches', 0)} launches)")
     if "at_opt" in report and "failed" not in report["at_opt"]:
         cmp = report["at_opt"]
         print(f"at opt, per layer: {cmp['total_ms']}; only dynamic: {list(cmp['only_dynamic'])[:6]}, "
