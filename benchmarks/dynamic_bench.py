@@ -49,7 +49,8 @@ for seq in seqs:
         times.append((time.perf_counter() - started) * 1e3)
     prepared = context.specialize({"input_ids": (1, seq)})  # (the one the first request made: kept)
     rows.append({"seq": seq, "first_ms": first, "steady_ms": float(np.median(times)),
-                 "prepare_ms": prepared.prepare_seconds * 1e3, "launches": len(prepared.launches)})
+                 "prepare_ms": prepared.prepare_seconds * 1e3, "launches": len(prepared.launches),
+                 "raw": prepared.raw, "graph": prepared.cuda_graph is not None})
 print(json.dumps({"load_s": loaded, "compiled_at_load": after_load,
                   "compiled_after_load": binaries.stats()["compiled"] - after_load, "rows": rows}))
 """
@@ -211,7 +212,7 @@ def main() -> int:
         for row in entry["rows"]:
             print(f"  seq {row['seq']:4d}: first {row['first_ms']:8.2f} ms, steady {row['steady_ms']:7.3f} ms, "
                   f"ratio {row['first_ms'] / row['steady_ms']:5.2f} (preparing {row.get('prepare_ms', float('nan')):.1f} ms "
-                  f"of {row.get('launches', 0)} launches)")
+                  f"of {row.get('launches', 0)} launches; graph {row.get('graph')})")
     if "at_opt" in report and "failed" not in report["at_opt"]:
         cmp = report["at_opt"]
         print(f"at opt, per layer: {cmp['total_ms']}; only dynamic: {list(cmp['only_dynamic'])[:6]}, "
