@@ -112,6 +112,28 @@ def test_on_a_gpu_a_loaded_plan_compiles_no_kernel_for_any_shape_of_its_profile(
     assert binaries.stats()["compiled"] == 0, binaries.stats()
 
 
+@pytest.mark.skipif(simulated(), reason="the simulator's arena views are NumPy slices")
+def test_an_arena_view_is_the_slice_viewed_and_reshaped_on_a_gpu(rng):
+    """A new shape's tensors are views of the arena made in one step
+    (:func:`plugrt.engine.specialization.arena_view`): the same memory, shape, strides and
+    dtype as slicing, ``view`` and ``reshape``, holding what is written through either."""
+    from numba import cuda
+
+    from plugrt.engine.specialization import arena_view
+
+    arena = cuda.device_array(1 << 16, np.uint8)
+    for offset, dtype, shape in ((0, np.float32, (3, 5, 7)), (256, np.float16, (1, 9)), (1024, np.int64, (4,)),
+                                 (4096, np.float32, (2, 1, 3, 1))):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        made = arena_view(arena, offset, nbytes, dtype, shape)
+        sliced = arena[offset:offset + nbytes].view(dtype).reshape(shape)
+        assert (made.shape, made.strides, made.dtype) == (sliced.shape, sliced.strides, sliced.dtype)
+        assert made.__cuda_array_interface__["data"][0] == sliced.__cuda_array_interface__["data"][0]
+        values = rng.standard_normal(shape).astype(dtype) if dtype != np.int64 else rng.integers(-9, 9, shape)
+        made.copy_to_device(values)
+        np.testing.assert_array_equal(sliced.copy_to_host(), values)
+
+
 def test_specialized_shapes_run_the_tactics_tuned_at_them(rng, tmp_path):
     """``--specialize-shapes``: a measure under which the tactic sorting first is fastest
     at batch 1 (opt) and the one sorting last elsewhere: at batch 4, a specialized shape,

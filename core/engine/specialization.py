@@ -340,7 +340,26 @@ class Specialization:
             if name not in self._own:
                 self._own[name] = cuda.device_array(shape, info.dtype)
             return self._own[name]
-        return context.arena[offset:offset + nbytes].view(info.dtype).reshape(shape)
+        return arena_view(context.arena, offset, nbytes, info.dtype, shape)
+
+
+def arena_view(arena, offset: int, nbytes: int, dtype, shape: tuple):
+    """``arena[offset:offset + nbytes]`` as a C-contiguous array of ``dtype`` and ``shape``.
+
+    On a GPU one Numba device array is made over a view of the arena's memory: slicing,
+    then ``view`` and ``reshape``, makes three, each computing its extents in Python, and a
+    new shape's specialization makes one for most of its tensors. (The simulator's arrays
+    are NumPy's, sliced as they are.)"""
+    if simulated():
+        return arena[offset:offset + nbytes].view(dtype).reshape(shape)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dtype = np.dtype(dtype)
+    strides, step = [], dtype.itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(int(dim), 1)
+    return DeviceNDArray(shape, tuple(reversed(strides)), dtype, gpu_data=arena.gpu_data.view(offset, offset + nbytes))
 
 
 def size_slots(graph, node) -> int:
@@ -401,4 +420,4 @@ def find_tactic(registry, node, graph, identity: dict):
     return chosen
 
 
-__all__ = ["Specialization", "find_tactic", "BIND_ALIGNMENT"]
+__all__ = ["Specialization", "arena_view", "find_tactic", "BIND_ALIGNMENT"]
