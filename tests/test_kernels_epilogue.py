@@ -259,7 +259,8 @@ def _rand(rng, shape, dtype=F32):
 def test_matmul(rng, a_shape, b_shape, channel_axis):
     names = _check_node(rng, "MatMul", {"a": _rand(rng, a_shape), "b": _rand(rng, b_shape)},
                         channel_axis=channel_axis)
-    assert "direct" in names and len(names) == 3
+    # (on a Hopper GPU the wgmma tiles' ragged twins too, offered at every size)
+    assert "direct" in names and len([n for n in names if not n.endswith("_ragged")]) == 3, names
 
 
 @pytest.mark.parametrize("dtype", [F16, F64])

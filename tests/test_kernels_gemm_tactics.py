@@ -265,7 +265,9 @@ def test_production_tactics_params_and_order(monkeypatch):
     monkeypatch.setattr(tf32, "TF32_CONFIGS", PRODUCTION_TF32)
     monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", PRODUCTION_WGMMA[:1])
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if t.name.startswith("wgmma")]
-    assert [t.name for t in tactics] == (["wgmma_128x256x32_s4"] if wgmma.hopper() else [])
+    # (on a GPU, after the tiled ones, the tile's ragged twins: whole and split-K)
+    twins = ["wgmma_128x256x32_s4_ragged", "wgmma_128x256x32_s4_splitk_ragged"] if not simulated() else []
+    assert [t.name for t in tactics] == (["wgmma_128x256x32_s4"] + twins if wgmma.hopper() else [])
     monkeypatch.setattr(wgmma, "WGMMA_CONFIGS", ())
     tactics = [t for t in _tactics("MatMul", [(4096, 4096), (4096, 4096)]) if is_new(t)]
     assert [t.name for t in tactics] == ["tf32_256x128x32_w4x2_s3", "tf32_128x128x16_w2x4_s4", "tf32_128x128x16_w2x4",

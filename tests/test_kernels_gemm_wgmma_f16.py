@@ -187,8 +187,10 @@ def test_production_order(monkeypatch):
     assert [t.name for t in tactics[:2]] == ["wgmma_f16_128x256x64_s4", "wgmma_f16_128x128x64_s5"]
     assert tactics[0].params == {"bm": 128, "bn": 256, "bk": 64, "wgs": 2, "stages": 4, "splits": 1, "held_b": True,
                                  "even": True}
-    if not simulated():  # last on a GPU, each tile's ragged twin
-        assert [t.name for t in tactics[-2:]] == ["wgmma_f16_128x256x64_s4_ragged", "wgmma_f16_128x128x64_s5_ragged"]
+    if not simulated():  # last on a GPU, each tile's ragged twins: whole, then split-K
+        assert [t.name for t in tactics[-4:]] == ["wgmma_f16_128x256x64_s4_ragged", "wgmma_f16_128x128x64_s5_ragged",
+                                                  "wgmma_f16_128x256x64_s4_splitk_ragged",
+                                                  "wgmma_f16_128x128x64_s5_splitk_ragged"]
 
 
 def test_wgmma_f16_kernels_compile_for_the_gpu():

@@ -78,9 +78,12 @@ def test_a_reduction_across_barriers(rng):
 
 
 def test_the_block_votes():
+    """``syncthreads_count`` counts; ``syncthreads_and``/``_or`` return zero or non-zero
+    (CUDA promises no more than that: the GPU's non-zero need not be 1)."""
     out = np.zeros((4, 16), np.int32)
     _votes[1, 16](np.arange(-3, 13).astype(np.float32), out)
-    assert out.tolist() == [[12] * 16, [1] * 16, [0] * 16, [1] * 16]
+    assert out[0].tolist() == [12] * 16
+    assert (out[1] != 0).all() and (out[2] == 0).all() and (out[3] != 0).all(), out.tolist()
 
 
 def test_threads_that_end_early_are_not_waited_for():

@@ -239,14 +239,15 @@ def _gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bi
 
 def _packed_gemms(meta: np.ndarray, offs: np.ndarray, dtype, epilogue: Epilogue, has_bias: bool) -> list[Tactic]:
     """The GEMMs of :mod:`.im2col`'s packed product, best first: on a GPU the first two
-    wgmma tiles (FP16, or TF32 for float32), each falling back to the plain tiled GEMM;
-    in the simulator that tiled GEMM alone."""
+    wgmma tiles (FP16, or TF32 for float32), each falling back to the plain tiled GEMM,
+    or that tiled GEMM where the product is too small for any tile; in the simulator the
+    tiled GEMM alone."""
     kw = dict(epilogue=epilogue, beta=1.0, c_index=2 if has_bias else None)
     tiled = [t for t in product_tactics(dtype, dtype, dtype, meta, offs, **kw) if t.name.startswith("tiled")][:1]
     if simulated():
         return tiled
     found = _gemms(meta, offs, dtype, epilogue, has_bias, tiled[0] if tiled else None)
-    return [t for t in found if not t.name.endswith(RAGGED)][:2]
+    return [t for t in found if not t.name.endswith(RAGGED)][:2] or tiled
 
 
 def renamed(tactic: Tactic, prefix: str, layout: str | None = None) -> Tactic:

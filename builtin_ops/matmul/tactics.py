@@ -3,7 +3,7 @@
 :func:`product_tactics` ranks the tiled tactics (:mod:`.tiled`; those that fill the GPU
 first) and places the direct one (first for matrix-vector products, else last); float
 products also get the float32 GEMM tactics of :func:`gemm_tactics`, ahead of those on a
-GPU. :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
+GPU (their ragged twins after the tiled ones). :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
 first (Hopper's ``wgmma``, :mod:`.wgmma`, then ``mma.sync``, :mod:`.tf32`), then the SIMT
 SGEMM (:mod:`.simt`). MatMulInteger's 8-bit products get Hopper's INT8 ``wgmma``
 (:mod:`.wgmma_int8`) after the first tiled tactic, the plain one the tuner verifies
@@ -117,11 +117,17 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         fast = gemm_tactics(a_dtype, b_dtype, out_dtype, meta, offs, epilogue=epilogue, alpha=alpha, beta=beta,
                             c_index=c_index, b_value=b_value, fallback=tactics[0], wanted=name)
         lead = 0
+    cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
     if not simulated():
-        return tactics[:lead] + fast + tactics[lead:]
+        # The tensor-core tiles that suit the product first; their ragged twins (offered at
+        # every size for a dynamic profile's other shapes) after the tiled ones, so that a
+        # product too small for any tile leads with the tiled or matrix-vector kernels: the
+        # heuristic choice (level 0) and the ones a level times.
+        ragged = [t for t in fast if t.name.endswith(RAGGED)]
+        regular = [t for t in fast if not t.name.endswith(RAGGED)]
+        return tactics[:lead] + regular + tactics[lead:cut] + ragged + tactics[cut:]
     # In the simulator the first tactic wins untimed: keep the exact, cheap ones first
     # there (the direct tactic stays last when it is).
-    cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
     return tactics[:cut] + fast + tactics[cut:]
 
 
