@@ -12,10 +12,10 @@ import pytest
 from numba import cuda
 from onnx import numpy_helper
 
-from plugrt.errors import UnsupportedError
+from plugrt.errors import ModelError, UnsupportedError
 from plugrt.onnx.importer import import_model
 from plugrt.plugin import TensorInfo
-from plugrt.testing import check_node, single_node_model
+from plugrt.testing import check_node, node_tactics, run_tactic, single_node_model
 
 DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int32, np.int64, np.bool_]
 I64 = np.int64
@@ -273,6 +273,41 @@ def test_gather_elements_dtypes(rng):
         x = _data(rng, (3, 3), dtype)
         check_node("GatherElements", {"x": x, "idx": rng.integers(-3, 3, size=(4, 2))}, {"axis": 0})
 
+
+
+def _nd_indices(rng, shape, dims):
+    """GatherND index tuples (the last axis of ``shape``) into ``dims``, about half negative."""
+    high = np.broadcast_to(np.array(dims, I64), shape)
+    picks = rng.integers(0, high)
+    return np.where(rng.random(shape) < 0.5, picks - high, picks).astype(I64)
+
+
+@pytest.mark.parametrize("batch_dims, data_shape, index_shape", [
+    (0, (3, 5, 2), (4, 1)), (0, (3, 5, 2), (2, 3, 2)), (0, (3, 5, 2), (3,)), (0, (7,), (2, 2, 1)),
+    (1, (2, 3, 4), (2, 5, 2)), (1, (3, 4), (3, 1)), (2, (2, 3, 5, 2), (2, 3, 4, 1)), (1, (2, 3, 4, 2), (2, 2))])
+def test_gather_nd_runtime_indices(rng, batch_dims, data_shape, index_shape):
+    x = _data(rng, data_shape, np.float32)
+    idx = _nd_indices(rng, index_shape, data_shape[batch_dims:batch_dims + index_shape[-1]])
+    check_node("GatherND", {"x": x, "idx": idx}, {"batch_dims": batch_dims}, opset=13)
+
+
+def test_gather_nd_dtypes_constant_and_empty_indices(rng):
+    for dtype in (np.float16, np.bool_, np.int8, np.float64, np.int64):
+        check_node("GatherND", {"x": _data(rng, (4, 3), dtype), "idx": _nd_indices(rng, (5, 1), (4,))}, opset=13)
+    check_node("GatherND", {"x": _data(rng, (4, 3)), "idx": _nd_indices(rng, (2, 2), (4, 3))}, constants={"idx"})
+    check_node("GatherND", {"x": _data(rng, (4, 3)), "idx": np.zeros((0, 1), I64)}, opset=11)
+    check_node("GatherND", {"x": _data(rng, (0, 3)), "idx": np.zeros((0, 1), I64)}, {"batch_dims": 1}, opset=12)
+
+
+def test_gather_nd_out_of_range_indices_are_clamped_by_the_kernel(rng, registry):
+    x = _data(rng, (3, 4))
+    feeds = {"x": x, "idx": np.array([[0, 9], [-7, 1], [2, -2]], I64)}
+    graph = import_model(single_node_model("GatherND", feeds, opset=13), registry=registry)
+    with pytest.raises(ModelError, match=r"test_gathernd.*index -7 is out of range \[-3, 2\] for axis 0"):
+        registry.op(graph.nodes[0]).reference(graph.nodes[0], list(feeds.values()))
+    for tactic in node_tactics(graph, registry):
+        (got,) = run_tactic(graph, tactic, feeds)
+        np.testing.assert_array_equal(got, [x[0, 3], x[0, 1], x[2, 2]])
 
 # --------------------------------------------------------------------------- generators
 

@@ -277,6 +277,60 @@ def test_gather_elements(rng, axis):
     _one("GatherElements", {"x": x, "i": idx}, axis=axis)
 
 
+
+def _nd_indices(rng, shape, dims):
+    """GatherND index tuples (the last axis of ``shape``) into ``dims``, half negative."""
+    high = np.broadcast_to(np.array(dims, np.int64), shape)
+    picks = rng.integers(0, high)
+    return np.where(rng.random(shape) < 0.5, picks - high, picks).astype(np.int64)
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13])
+def test_gather_nd_negative_indices(rng, opset):
+    x = _x(rng, 3, 5, 2)
+    _one("GatherND", {"x": x, "i": _nd_indices(rng, (4, 1), (3,))}, opset=opset)
+    _one("GatherND", {"x": x, "i": _nd_indices(rng, (2, 3, 2), (3, 5))}, opset=opset)
+    _one("GatherND", {"x": x.astype(np.int32), "i": _nd_indices(rng, (3,), (3, 5, 2))}, opset=opset)
+
+
+@pytest.mark.parametrize("batch_dims, data_shape, index_shape", [
+    (1, (2, 3, 4), (2, 5, 2)), (1, (3, 4), (3, 1)), (2, (2, 3, 5, 2), (2, 3, 4, 1)), (1, (2, 3, 4, 2), (2, 2))])
+def test_gather_nd_batch_dims(rng, batch_dims, data_shape, index_shape):
+    x = _x(rng, *data_shape, dtype=np.float16)
+    idx = _nd_indices(rng, index_shape, data_shape[batch_dims:batch_dims + index_shape[-1]])
+    _one("GatherND", {"x": x, "i": idx}, opset=13, batch_dims=batch_dims)
+
+
+def test_gather_nd_symbolic_dims(rng):
+    x, idx = _x(rng, 2, 4, 3), _nd_indices(rng, (2, 5, 1), (4,))
+    model = _model([_node("GatherND", ["x", "i"], batch_dims=1)], {"x": x, "i": idx}, opset=13,
+                   shapes={"x": ["N", 4, 3], "i": [2, "T", 1]})
+    assert _infos(model)["y"].shape == (2, "T", 3)  # the batch dim is the indices' 2
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x, "i": idx})[0], _ort(model, {"x": x, "i": idx})[0])
+    model = _model([_node("GatherND", ["x", "i"])], {"x": x, "i": idx}, shapes={"x": ["N", 4, 3], "i": [2, "T", "K"]})
+    with pytest.raises(plugrt.UnsupportedError, match="my_gathernd.*last dim"):
+        import_model(model)
+
+
+def test_gather_nd_bad_input_is_refused(rng):
+    x = _x(rng, 3, 4)
+
+    def refused(error, match, idx, opset=13, **attrs):
+        model = _model([_node("GatherND", ["x", "i"], **attrs)], {"x": x, "i": idx}, opset=opset)
+        with pytest.raises(error, match=match):
+            prepare(model, "CPU").run({"x": x, "i": idx})
+
+    refused(plugrt.ShapeError, "my_gathernd.*3 entries.*1 to 2", np.zeros((2, 3), np.int64))
+    refused(plugrt.ShapeError, "my_gathernd.*1 to 1 entries", np.zeros((3, 2), np.int64), batch_dims=1)
+    refused(plugrt.ShapeError, "my_gathernd.*differ at batch axis 0", np.zeros((2, 1), np.int64), batch_dims=1)
+    refused(plugrt.ShapeError, "my_gathernd.*batch_dims=2", np.zeros((3, 1), np.int64), batch_dims=2)
+    refused(plugrt.UnsupportedError, "my_gathernd.*dtype int32.*int64", np.zeros((2, 1), np.int32))
+    refused(plugrt.ModelError, "my_gathernd.*opset 12", np.zeros((3, 1), np.int64), opset=11, batch_dims=1)
+    refused(plugrt.ModelError, "my_gathernd.*: index 4 is out of range \\[-4, 3\\] for axis 1",
+            np.array([[0, 4]], np.int64))
+    refused(plugrt.ModelError, "my_gathernd.*: index -4 is out of range \\[-3, 2\\] for axis 0",
+            np.array([[-4]], np.int64))
+
 def test_expand_and_tile(rng):
     x = _x(rng, 3, 1, 5)
     for shape in ([2, 1, 4, 1], [5], [3, 7, 1], [1, 1, 1]):
