@@ -309,6 +309,33 @@ def test_gather_nd_out_of_range_indices_are_clamped_by_the_kernel(rng, registry)
         (got,) = run_tactic(graph, tactic, feeds)
         np.testing.assert_array_equal(got, [x[0, 3], x[0, 1], x[2, 2]])
 
+
+@pytest.mark.parametrize("batch_axis, shape", [(1, (5, 3)), (0, (3, 5)), (1, (4, 3, 2, 3)), (0, (2, 6, 1)),
+                                               (0, (3, 0, 2))])
+def test_reverse_sequence_runtime_lengths(rng, batch_axis, shape):
+    time_axis = 1 - batch_axis
+    lens = rng.integers(0, shape[time_axis] + 1, size=shape[batch_axis]).astype(I64)
+    lens[0] = shape[time_axis]
+    for dtype in (np.float32, np.float16, np.bool_):
+        check_node("ReverseSequence", {"x": _data(rng, shape, dtype), "lens": lens},
+                   {"batch_axis": batch_axis, "time_axis": time_axis}, opset=10)
+    check_node("ReverseSequence", {"x": _data(rng, shape, np.int64), "lens": lens},
+               {"batch_axis": batch_axis, "time_axis": time_axis}, constants={"lens"}, opset=10)
+
+
+def test_reverse_sequence_out_of_range_lengths_are_clamped_by_the_kernel(rng, registry):
+    x = _data(rng, (4, 3))
+    feeds = {"x": x, "lens": np.array([9, -2, 2], I64)}
+    graph = import_model(single_node_model("ReverseSequence", feeds, opset=10), registry=registry)
+    with pytest.raises(ModelError, match=r"test_reversesequence.*sequence length 9 is out of range \[0, 4\]"):
+        registry.op(graph.nodes[0]).reference(graph.nodes[0], list(feeds.values()))
+    want = x.copy()
+    want[:, 0] = x[::-1, 0]  # 9 clamps to 4
+    want[:2, 2] = x[1::-1, 2]  # -2 clamps to 0: column 1 unchanged
+    for tactic in node_tactics(graph, registry):
+        (got,) = run_tactic(graph, tactic, feeds)
+        np.testing.assert_array_equal(got, want)
+
 # --------------------------------------------------------------------------- generators
 
 

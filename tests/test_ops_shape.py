@@ -331,6 +331,36 @@ def test_gather_nd_bad_input_is_refused(rng):
     refused(plugrt.ModelError, "my_gathernd.*: index -4 is out of range \\[-3, 2\\] for axis 0",
             np.array([[-4]], np.int64))
 
+
+@pytest.mark.parametrize("batch_axis, shape", [(1, (5, 3)), (0, (3, 5)), (1, (4, 3, 2, 3)), (0, (2, 6, 1))])
+def test_reverse_sequence(rng, batch_axis, shape):
+    time_axis = 1 - batch_axis
+    x = _x(rng, *shape, dtype=np.int16)
+    lens = rng.integers(0, shape[time_axis] + 1, size=shape[batch_axis]).astype(np.int64)
+    lens[0] = shape[time_axis]  # at least one full reversal
+    _one("ReverseSequence", {"x": x, "l": lens}, opset=10, batch_axis=batch_axis, time_axis=time_axis)
+
+
+def test_reverse_sequence_symbolic_dims_and_bad_input(rng):
+    x, lens = _x(rng, 4, 3, 2), np.array([4, 1, 2], np.int64)
+    model = _model([_node("ReverseSequence", ["x", "l"])], {"x": x, "l": lens}, opset=10,
+                   shapes={"x": ["T", "B", 2], "l": ["B"]})
+    assert _infos(model)["y"].shape == ("T", "B", 2)
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x, "l": lens})[0], _ort(model, {"x": x, "l": lens})[0])
+
+    def refused(error, match, lens, feed=x, **attrs):
+        model = _model([_node("ReverseSequence", ["x", "l"], **attrs)], {"x": feed, "l": lens}, opset=10)
+        with pytest.raises(error, match=match):
+            prepare(model, "CPU").run({"x": feed, "l": lens})
+
+    refused(plugrt.ShapeError, "my_reversesequence.*shape \\[2\\].*one length per index of batch_axis 1",
+            np.array([1, 2], np.int64))
+    refused(plugrt.ShapeError, "my_reversesequence.*must be 0 and 1", lens, batch_axis=2)
+    refused(plugrt.ShapeError, "my_reversesequence.*rank 2 or more", lens[:1], feed=x[:1, 0, 0])
+    refused(plugrt.UnsupportedError, "my_reversesequence.*dtype int32.*int64", lens.astype(np.int32))
+    refused(plugrt.ModelError, "my_reversesequence.*sequence length 5 is out of range \\[0, 4\\]",
+            np.array([1, 5, 2], np.int64))
+
 def test_expand_and_tile(rng):
     x = _x(rng, 3, 1, 5)
     for shape in ([2, 1, 4, 1], [5], [3, 7, 1], [1, 1, 1]):

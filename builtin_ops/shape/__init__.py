@@ -5,7 +5,8 @@ Shape, Constant, Range, OneHot, Trilu, and the scatters.
   Identity, Dropout), and the helpers the other op modules share;
 - :mod:`.movement_ops`: Transpose, Concat, Split, Slice, Gather, GatherElements, Expand,
   Tile;
-- :mod:`.indexed_ops`: GatherND (movement steered by a runtime integer tensor);
+- :mod:`.indexed_ops`: GatherND, ReverseSequence (movement steered by a runtime integer
+  tensor);
 - :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
 - :mod:`.scatter_ops`: ScatterElements (and the deprecated Scatter), ScatterND;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),

@@ -154,6 +154,29 @@ def gather_nd_kernel(out, x, idx, n, slice_size, count, block, k, dims, strides)
         out[i] = x[src]
 
 
+@jit
+def reverse_sequence_kernel(out, x, lens, n, inner, d1, batch_axis, max_time):
+    """ReverseSequence over ``x`` as ``(d0, d1, inner)`` with the batch and time axes 0 and 1
+    (in the order ``batch_axis`` says): the first ``lens[b]`` steps of each batch entry
+    reversed, the rest copied; a length is clamped into ``[0, max_time]``."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        j = i % inner
+        r = i // inner
+        c1 = r % d1
+        c0 = r // d1
+        if batch_axis == 0:
+            b, t = c0, c1
+        else:
+            b, t = c1, c0
+        length = min(max(int64(lens[b]), int64(0)), max_time)
+        if t < length:
+            t = length - 1 - t
+        if batch_axis == 0:
+            out[i] = x[(b * d1 + t) * inner + j]
+        else:
+            out[i] = x[(t * d1 + b) * inner + j]
+
+
 # --------------------------------------------------------------------------- layouts
 
 
@@ -380,3 +403,20 @@ def gather_nd_tactic(x_shape: Sequence[int], idx_shape: Sequence[int], batch_dim
         return [Launch(gather_nd_kernel, blocks, threads, args)]
 
     return Tactic("gather_nd", launches)
+
+
+
+def reverse_sequence_tactic(shape: Sequence[int], batch_axis: int) -> Tactic:
+    """ReverseSequence with runtime lengths: one thread per output element."""
+    n = element_count(shape)
+    inner = element_count(shape[2:])
+
+    def launches(ins, outs, workspace):
+        if n == 0:
+            return []
+        blocks, threads = grid_1d(n)
+        args = (bits(outs[0]), bits(ins[0]), flat(ins[1]), np.int64(n), np.int64(inner), np.int64(shape[1]),
+                np.int64(batch_axis), np.int64(shape[1 - batch_axis]))
+        return [Launch(reverse_sequence_kernel, blocks, threads, args)]
+
+    return Tactic("reverse_sequence", launches)

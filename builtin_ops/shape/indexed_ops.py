@@ -2,9 +2,10 @@
 data's leading axes) and ReverseSequence (a length per batch entry). Their kernels are
 in :mod:`.copies`.
 
-Like Gather's, the references refuse an index out of range (a :class:`~plugrt.ModelError`
-naming the node); the kernels wrap negative indices and clamp any still out of range, so a
-bad index reads a wrong element of the data, never foreign memory.
+The references refuse an index or a length out of range (a :class:`~plugrt.ModelError`
+naming the node); the kernels, like Gather's, wrap negative indices and clamp what is
+still out of range (a length into ``[0, max_time]``), so bad data reads a wrong element
+of the input, never foreign memory.
 """
 
 from __future__ import annotations
@@ -134,4 +135,66 @@ class GatherND(MoveOp):
         ]
 
 
-OPS = (GatherND,)
+
+# ---------------------------------------------------------------------------------- ReverseSequence
+
+
+class ReverseSequence(MoveOp):
+    """For each index ``b`` of ``batch_axis``, the first ``sequence_lens[b]`` elements along
+    ``time_axis`` in reverse order, the rest as they were. The two axes are 0 and 1 in
+    either order; ``sequence_lens`` is int64 of shape ``[batch]``, each in ``[0, max_time]``."""
+
+    op_type = "ReverseSequence"
+    since_opset = 10
+    attributes = (Attr("batch_axis", "int", 1), Attr("time_axis", "int", 0))
+    inputs = (2, 2)
+
+    def check(self, node, inputs):
+        require_int(self, node, inputs, [1])
+        x, lens = inputs
+        batch_axis, time_axis = node.attrs["batch_axis"], node.attrs["time_axis"]
+        if {batch_axis, time_axis} != {0, 1}:
+            raise ShapeError(f"{node.describe()}: batch_axis={batch_axis} and time_axis={time_axis}; "
+                             "they must be 0 and 1, in either order")
+        if x.rank < 2:
+            raise ShapeError(f"{node.describe()}: the input must have rank 2 or more, got {x.rank}")
+        if lens.rank != 1 or _differ(lens.shape[0], x.shape[batch_axis]):
+            raise ShapeError(f"{node.describe()}: sequence_lens of shape {dims.format_shape(lens.shape)} for an "
+                             f"input of shape {dims.format_shape(x.shape)}; it needs one length per index of "
+                             f"batch_axis {batch_axis}")
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        return [TensorInfo(x.dtype, x.shape)]
+
+    def reference(self, node, inputs):
+        x, lens = inputs
+        batch_axis, time_axis = node.attrs["batch_axis"], node.attrs["time_axis"]
+        max_time = x.shape[time_axis]
+        bad = (lens < 0) | (lens > max_time)
+        if bad.any():
+            raise ModelError(f"{node.describe()}: sequence length {int(lens[bad][0])} is out of range "
+                             f"[0, {max_time}] (the time axis' size); give each batch entry a length in range")
+        out = np.array(x)
+        for b, length in enumerate(lens.tolist()):
+            at = [slice(None)] * x.ndim
+            at[batch_axis], at[time_axis] = b, slice(0, length)
+            out[tuple(at)] = np.flip(x[tuple(at)], axis=0)  # time is the first axis left once batch is taken
+        return [out]
+
+    @concrete_shapes
+    def tactics(self, node, inputs, outputs):
+        return [copies.reverse_sequence_tactic(inputs[0].shape, node.attrs["batch_axis"])]
+
+    def examples(self):
+        f32, f16, i64 = (np.dtype(t) for t in ("float32", "float16", "int64"))
+        return [
+            Example((TensorInfo(f32, (5, 3)), TensorInfo(i64, (3,))), ranges={1: (0, 6)}, name="float32 time-major"),
+            Example((TensorInfo(f16, (3, 4, 2)), TensorInfo(i64, (3,))), {"batch_axis": 0, "time_axis": 1},
+                    ranges={1: (0, 5)}, name="float16 batch-major"),
+            Example((TensorInfo(i64, (4, 2, 3, 2)), TensorInfo(i64, (2,))), ranges={1: (0, 5)},
+                    name="int64 4-D time-major"),
+        ]
+
+
+OPS = (GatherND, ReverseSequence)
