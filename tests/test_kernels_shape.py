@@ -339,6 +339,13 @@ def test_reverse_sequence_out_of_range_lengths_are_clamped_by_the_kernel(rng, re
 # --------------------------------------------------------------------------- generators
 
 
+@pytest.mark.parametrize("shape, k", [((4, 4), 0), ((3, 5), 2), ((5, 3), -1), ((2, 3), 5), ((0, 3), 0)])
+def test_eye_like(rng, shape, k):
+    for dtype in (np.float32, np.int8, np.bool_):
+        check_node("EyeLike", {"x": _data(rng, shape, dtype)}, {"k": k})
+    check_node("EyeLike", {"x": _data(rng, shape, np.int64)}, {"k": k, "dtype": 10})  # to float16
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
 @pytest.mark.parametrize("upper", [0, 1])
 def test_trilu_k_known_runtime_and_omitted(rng, dtype, upper):

@@ -9,6 +9,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
+from onnx.reference import ReferenceEvaluator
 
 import plugrt
 from plugrt.onnx.backend import prepare
@@ -407,6 +408,33 @@ def test_constant_forms():
         assert _infos(model)["y"].value is not None
         assert got[0].dtype == (np.float32 if "float" in next(iter(attrs)) else got[0].dtype)
 
+
+
+def test_eye_like(rng):
+    for shape, k in (((4, 4), 0), ((3, 5), 2), ((5, 3), -1), ((2, 6), -4), ((3, 4), 7)):
+        _one("EyeLike", {"x": _x(rng, *shape, dtype=np.int32)}, opset=9, k=k)
+    _one("EyeLike", {"x": _x(rng, 3, 4)}, opset=9, dtype=TensorProto.DOUBLE, k=1)
+    _one("EyeLike", {"x": _x(rng, 3, 2)}, opset=9, dtype=TensorProto.INT64)
+    # onnxruntime implements EyeLike-9 only, and not for float16: opset 22 against ONNX's reference
+    x = _x(rng, 3, 5, dtype=np.int64)
+    for dtype, k in ((TensorProto.FLOAT16, -2), (TensorProto.BOOL, 1), (None, 0)):
+        attrs = {"k": k} if dtype is None else {"dtype": dtype, "k": k}
+        model = _model([_node("EyeLike", ["x"], **attrs)], {"x": x}, opset=22)
+        got, = prepare(model, "CPU").run({"x": x})
+        want, = ReferenceEvaluator(model).run(None, {"x": x})
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_eye_like_symbolic_dims_and_bad_input(rng):
+    x = _x(rng, 3, 5)
+    model = _model([_node("EyeLike", ["x"], dtype=TensorProto.DOUBLE)], {"x": x}, shapes={"x": ["N", 5]})
+    assert _infos(model)["y"].shape == ("N", 5) and _infos(model)["y"].dtype == np.float64
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x})[0], _ort(model, {"x": x})[0])
+    with pytest.raises(plugrt.ShapeError, match="my_eyelike.*rank 2, got shape \\[2,3,4\\]"):
+        import_model(_model([_node("EyeLike", ["x"])], {"x": _x(rng, 2, 3, 4)}))
+    with pytest.raises(plugrt.UnsupportedError, match="my_eyelike.*dtype=BFLOAT16.*supported: FLOAT"):
+        import_model(_model([_node("EyeLike", ["x"], dtype=TensorProto.BFLOAT16)], {"x": x}))
 
 def test_constant_of_shape_and_range(rng):
     value = numpy_helper.from_array(np.array([7], np.int32))

@@ -7,7 +7,8 @@ Shape, Constant, Range, OneHot, Trilu, and the scatters.
   Tile;
 - :mod:`.indexed_ops`: GatherND, ReverseSequence (movement steered by a runtime integer
   tensor);
-- :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
+- :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu,
+  EyeLike, NonZero;
 - :mod:`.scatter_ops`: ScatterElements (and the deprecated Scatter), ScatterND;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),
   :mod:`.transpose` (the shared-memory tiled transpose), :mod:`.generators` and
