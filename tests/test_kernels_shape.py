@@ -426,3 +426,21 @@ def test_transpose_kernels_compile_for_the_gpu():
                   [arr(dt), arr(dt), I64, I64, I64, I64, arr(np.int64), arr(np.int64)], True)
     """)
     assert not failures, "\\n".join(failures)
+
+
+def test_gather_nd_reverse_sequence_and_eye_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile GatherND's, ReverseSequence's and
+    EyeLike's kernels for sm_90, for every element size and both index dtypes."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.shape import copies as C, generators as G
+        for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+            for index in (np.int32, np.int64):
+                check(f"gather_nd {dt} {index}", C.gather_nd_kernel,
+                      [arr(dt), arr(dt), arr(index), I64, I64, I64, I64, I64, arr(np.int64), arr(np.int64)], True)
+            check(f"reverse_sequence {dt}", C.reverse_sequence_kernel,
+                  [arr(dt), arr(dt), arr(np.int64), I64, I64, I64, I64, I64], True)
+            check(f"eye {dt}", G.eye_kernel, [arr(dt), I64, I64, I64, scalar(dt)], True)
+    """)
+    assert not failures, "\\n".join(failures)
