@@ -1,13 +1,14 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
-RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN.
+RMSNormalization, GroupNormalization, MeanVarianceNormalization, LRN and LpNormalization.
 
 - :mod:`.ops`: the op plugins;
 - :mod:`.fuse_layernorm`, :mod:`.fuse_rmsnorm`: the graph passes recognizing layer and RMS
   normalization written in primitive ops;
 - kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, RMSNorm, InstanceNorm,
   GroupNorm, MVN, BatchNorm training), :mod:`.row_norm_vector` (the same over trailing axes,
-  rows held in registers and moved in 16-byte vectors; offered first where it applies) and
-  :mod:`.channel_norm` (BatchNorm's per-channel affine and running statistics, LRN).
+  rows held in registers and moved in 16-byte vectors; offered first where it applies),
+  :mod:`.channel_norm` (BatchNorm's per-channel affine and running statistics, LRN) and
+  :mod:`.lp_norm` (LpNormalization).
 """
 
 from plugrt import hookimpl
