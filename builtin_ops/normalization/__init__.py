@@ -1,7 +1,7 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
 RMSNormalization, GroupNormalization, MeanVarianceNormalization, LRN and LpNormalization.
 
-- :mod:`.ops`: the op plugins;
+- :mod:`.ops`: the op plugins (:mod:`.lp_norm_ops`: LpNormalization);
 - :mod:`.fuse_layernorm`, :mod:`.fuse_rmsnorm`: the graph passes recognizing layer and RMS
   normalization written in primitive ops;
 - kernels: :mod:`.row_norm` (row statistics over any axes: LayerNorm, RMSNorm, InstanceNorm,
@@ -14,10 +14,10 @@ RMSNormalization, GroupNormalization, MeanVarianceNormalization, LRN and LpNorma
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import fuse_layernorm, fuse_rmsnorm, ops
+from . import fuse_layernorm, fuse_rmsnorm, lp_norm_ops, ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS
+OPS = ops.OPS + lp_norm_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)

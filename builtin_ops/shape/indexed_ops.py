@@ -18,7 +18,7 @@ from plugrt import ModelError, ShapeError
 from plugrt.plugin import Attr, Example, TensorInfo, dims
 
 from . import copies
-from .ops import INT64, MoveOp, concrete_shapes, require_int
+from .ops import MoveOp, concrete_shapes, require_int
 
 
 def _unify(a, b):
