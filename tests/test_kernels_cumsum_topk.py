@@ -1,4 +1,4 @@
-"""CumSum and TopK (builtin-reduction): every CUDA tactic against the NumPy reference
+"""CumSum, CumProd and TopK (builtin-reduction): every CUDA tactic against the NumPy reference
 (simulator without a GPU), the references against ONNX's own, what the plugins refuse,
 their conformance examples, and their kernels compiled for a GPU."""
 
@@ -143,6 +143,74 @@ def test_cumsum_refuses_invalid_nodes(registry, rng, x_shape, axis, message):
         _tactics(registry, "CumSum", feeds, {}, constants={"axis"})
 
 
+
+# ---------------------------------------------------------------------- CumProd
+
+
+def _near_one(rng, shape, dtype=F32):
+    """Factors in [0.5, 1.5) with random signs: products that neither vanish nor overflow."""
+    return (rng.uniform(0.5, 1.5, shape) * rng.choice([-1, 1], shape)).astype(dtype)
+
+
+def cumprod_case(x, axis, exclusive=0, reverse=0, axis_dtype=np.int64, **tol):
+    """check_node for CumProd, ``axis`` a constant."""
+    return check_node("CumProd", {"x": x, "axis": np.array(axis, axis_dtype)},
+                      {"exclusive": exclusive, "reverse": reverse}, constants={"axis"}, opset=26, **tol)
+
+
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 5), -2), ((2, 3, 5), 1), ((2, 4, 3, 1), -2)])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod_float32(rng, shape, axis, exclusive, reverse):
+    cumprod_case(_near_one(rng, shape), axis, exclusive, reverse, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [F64, F16, np.int32, np.int64, np.uint32, np.uint64])
+def test_cumprod_other_dtypes(rng, dtype):
+    shape = (2, 5, 3)
+    x = _near_one(rng, shape, dtype) if np.dtype(dtype).kind == "f" else _integers(rng, shape, dtype, -3, 4)
+    tol = F16_TOL if dtype == F16 else {}
+    cumprod_case(x, 1, exclusive=1, **tol)
+    cumprod_case(x, [-1], reverse=1, axis_dtype=np.int32, **tol)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the simulator's int64 products
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64])
+def test_cumprod_integers_wrap(dtype):
+    big = np.iinfo(dtype).max // 3
+    x = np.array([[big, 7, 5, 3], [3, big, 2, 9]], dtype)
+    want = cumprod_case(x, 1)[0]
+    bits = 8 * np.dtype(dtype).itemsize
+    wrapped = (int(big) * 7) % 2**bits
+    assert int(want[0, 1]) % 2**bits == wrapped and int(want[0, 1]) != int(big) * 7  # as np.cumprod in the dtype
+    cumprod_case(x, 1, exclusive=1, reverse=1)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype, axis", [(F32, 1), (F16, -1), (np.int32, 0), (F64, -3)])
+def test_cumprod_reference_matches_onnx(registry, rng, dtype, axis, exclusive, reverse):
+    """Bit for bit, float16 rounding at every step included (axis a runtime input)."""
+    shape = (3, 6, 5)
+    x = _near_one(rng, shape, dtype) if np.dtype(dtype).kind == "f" else _integers(rng, shape, dtype, -3, 4)
+    feeds = {"x": x, "axis": np.array(axis, np.int64)}
+    (ours,), (theirs,) = _references(registry, "CumProd", feeds, {"exclusive": exclusive, "reverse": reverse}, 26)
+    assert ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("x, axis, message", [
+    (np.ones((2, 3), np.float32), 2, "axis=2"),
+    (np.ones((), np.float32), 0, "0-D input"),
+    (np.ones((2, 3), np.int8), 0, "dtype int8"),
+])
+def test_cumprod_refuses_invalid_nodes(registry, x, axis, message):
+    feeds = {"x": x, "axis": np.array(axis, np.int64)}
+    with pytest.raises(UnsupportedError, match=f"test_cumprod.*{message}.*CumProd"):
+        _tactics(registry, "CumProd", feeds, {}, constants={"axis"}, opset=26)
+    with pytest.raises(UnsupportedError, match="axis input computed at run time"):
+        _tactics(registry, "CumProd", {"x": np.ones((2, 3), np.float32), "axis": np.array(1)}, {}, (), opset=26)
+
 # ---------------------------------------------------------------------- TopK
 
 
@@ -286,11 +354,12 @@ def test_kernels_compile_for_the_gpu():
     failures = compile_kernels("""
         from plugrt_builtin_ops.reduction import scan, topk
         for dt in ("float16", "float32", "float64", "int32", "int64", "uint32", "uint64"):
-            for exclusive in (False, True):
-                for reverse in (False, True):
-                    check(f"CumSum {dt} exclusive={exclusive} reverse={reverse}",
-                          scan.cumsum_kernel(dt, exclusive, reverse), [arr(dt), arr(dt), I64, I64, I64],
-                          dt != "float64")
+            for product in (False, True):
+                for exclusive in (False, True):
+                    for reverse in (False, True):
+                        check(f"scan {dt} product={product} exclusive={exclusive} reverse={reverse}",
+                              scan.scan_kernel(dt, product, exclusive, reverse), [arr(dt), arr(dt), I64, I64, I64],
+                              dt != "float64")
         for dt in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                    "uint8", "uint16", "uint32", "uint64"):
             for largest in (False, True):

@@ -312,3 +312,59 @@ def test_row_norm_kernels_compile_for_the_gpu():
                     check(f"row norm {x_dt}->{y_dt} centered={centered} {bx}x{by}", kernel, args, True)
     """)
     assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- LpNormalization
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 5), -1), ((3, 5), 0), ((2, 3, 5), 1), ((2, 1, 3), -2)])
+def test_lp_normalization(rng, p, shape, axis):
+    for dtype in (F32, F16, F64):
+        check_node("LpNormalization", {"x": rand(rng, shape, dtype)}, {"axis": axis, "p": p}, **TOL[dtype])
+
+
+def test_lp_normalization_zero_lines_give_zeros(rng):
+    x = rand(rng, (3, 4))
+    x[1] = 0
+    for p in (1, 2):
+        want = check_node("LpNormalization", {"x": x}, {"p": p}, opset=22)[0]
+        assert (want[1] == 0).all() and np.isfinite(want).all()
+
+
+def test_lp_normalization_matches_onnxruntime(rng):
+    import onnxruntime
+
+    x = rand(rng, (2, 3, 4))
+    for attrs in ({}, {"p": 1, "axis": 0}, {"p": 2, "axis": -2}):
+        model = single_node_model("LpNormalization", {"x": x}, attrs, opset=1)
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        want = session.run(None, {"x": x})[0]
+        got = check_node("LpNormalization", {"x": x}, attrs, opset=1)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("x, attrs, error, message", [
+    (np.ones((2, 3), F32), {"p": 3}, "UnsupportedError", "p=3.*p=1 or p=2"),
+    (np.ones((2, 3), F32), {"axis": 2}, "ShapeError", "axis 2 is out of range.*\\[-2, 1\\]"),
+    (np.ones((2, 3), np.int32), {}, "UnsupportedError", "dtype int32"),
+])
+def test_lp_normalization_refuses_bad_nodes(x, attrs, error, message):
+    import plugrt
+
+    with pytest.raises(getattr(plugrt, error), match=f"test_lpnormalization.*{message}"):
+        check_node("LpNormalization", {"x": x}, attrs)
+
+
+def test_lp_norm_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile LpNormalization's kernel for sm_90."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.normalization import lp_norm
+        for dt in ("float16", "float32", "float64"):
+            for p in (1, 2):
+                check(f"lp_norm {dt} p={p}", lp_norm.lp_norm_kernel(dt, p), [arr(dt), arr(dt), I64, I64, I64],
+                      dt != "float64")
+    """)
+    assert not failures, "\n".join(failures)

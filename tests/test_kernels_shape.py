@@ -12,10 +12,10 @@ import pytest
 from numba import cuda
 from onnx import numpy_helper
 
-from plugrt.errors import UnsupportedError
+from plugrt.errors import ModelError, UnsupportedError
 from plugrt.onnx.importer import import_model
 from plugrt.plugin import TensorInfo
-from plugrt.testing import check_node, single_node_model
+from plugrt.testing import check_node, node_tactics, run_tactic, single_node_model
 
 DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int32, np.int64, np.bool_]
 I64 = np.int64
@@ -274,7 +274,76 @@ def test_gather_elements_dtypes(rng):
         check_node("GatherElements", {"x": x, "idx": rng.integers(-3, 3, size=(4, 2))}, {"axis": 0})
 
 
+
+def _nd_indices(rng, shape, dims):
+    """GatherND index tuples (the last axis of ``shape``) into ``dims``, about half negative."""
+    high = np.broadcast_to(np.array(dims, I64), shape)
+    picks = rng.integers(0, high)
+    return np.where(rng.random(shape) < 0.5, picks - high, picks).astype(I64)
+
+
+@pytest.mark.parametrize("batch_dims, data_shape, index_shape", [
+    (0, (3, 5, 2), (4, 1)), (0, (3, 5, 2), (2, 3, 2)), (0, (3, 5, 2), (3,)), (0, (7,), (2, 2, 1)),
+    (1, (2, 3, 4), (2, 5, 2)), (1, (3, 4), (3, 1)), (2, (2, 3, 5, 2), (2, 3, 4, 1)), (1, (2, 3, 4, 2), (2, 2))])
+def test_gather_nd_runtime_indices(rng, batch_dims, data_shape, index_shape):
+    x = _data(rng, data_shape, np.float32)
+    idx = _nd_indices(rng, index_shape, data_shape[batch_dims:batch_dims + index_shape[-1]])
+    check_node("GatherND", {"x": x, "idx": idx}, {"batch_dims": batch_dims}, opset=13)
+
+
+def test_gather_nd_dtypes_constant_and_empty_indices(rng):
+    for dtype in (np.float16, np.bool_, np.int8, np.float64, np.int64):
+        check_node("GatherND", {"x": _data(rng, (4, 3), dtype), "idx": _nd_indices(rng, (5, 1), (4,))}, opset=13)
+    check_node("GatherND", {"x": _data(rng, (4, 3)), "idx": _nd_indices(rng, (2, 2), (4, 3))}, constants={"idx"})
+    check_node("GatherND", {"x": _data(rng, (4, 3)), "idx": np.zeros((0, 1), I64)}, opset=11)
+    check_node("GatherND", {"x": _data(rng, (0, 3)), "idx": np.zeros((0, 1), I64)}, {"batch_dims": 1}, opset=12)
+
+
+def test_gather_nd_out_of_range_indices_are_clamped_by_the_kernel(rng, registry):
+    x = _data(rng, (3, 4))
+    feeds = {"x": x, "idx": np.array([[0, 9], [-7, 1], [2, -2]], I64)}
+    graph = import_model(single_node_model("GatherND", feeds, opset=13), registry=registry)
+    with pytest.raises(ModelError, match=r"test_gathernd.*index -7 is out of range \[-3, 2\] for axis 0"):
+        registry.op(graph.nodes[0]).reference(graph.nodes[0], list(feeds.values()))
+    for tactic in node_tactics(graph, registry):
+        (got,) = run_tactic(graph, tactic, feeds)
+        np.testing.assert_array_equal(got, [x[0, 3], x[0, 1], x[2, 2]])
+
+
+@pytest.mark.parametrize("batch_axis, shape", [(1, (5, 3)), (0, (3, 5)), (1, (4, 3, 2, 3)), (0, (2, 6, 1)),
+                                               (0, (3, 0, 2))])
+def test_reverse_sequence_runtime_lengths(rng, batch_axis, shape):
+    time_axis = 1 - batch_axis
+    lens = rng.integers(0, shape[time_axis] + 1, size=shape[batch_axis]).astype(I64)
+    lens[0] = shape[time_axis]
+    for dtype in (np.float32, np.float16, np.bool_):
+        check_node("ReverseSequence", {"x": _data(rng, shape, dtype), "lens": lens},
+                   {"batch_axis": batch_axis, "time_axis": time_axis}, opset=10)
+    check_node("ReverseSequence", {"x": _data(rng, shape, np.int64), "lens": lens},
+               {"batch_axis": batch_axis, "time_axis": time_axis}, constants={"lens"}, opset=10)
+
+
+def test_reverse_sequence_out_of_range_lengths_are_clamped_by_the_kernel(rng, registry):
+    x = _data(rng, (4, 3))
+    feeds = {"x": x, "lens": np.array([9, -2, 2], I64)}
+    graph = import_model(single_node_model("ReverseSequence", feeds, opset=10), registry=registry)
+    with pytest.raises(ModelError, match=r"test_reversesequence.*sequence length 9 is out of range \[0, 4\]"):
+        registry.op(graph.nodes[0]).reference(graph.nodes[0], list(feeds.values()))
+    want = x.copy()
+    want[:, 0] = x[::-1, 0]  # 9 clamps to 4
+    want[:2, 2] = x[1::-1, 2]  # -2 clamps to 0: column 1 unchanged
+    for tactic in node_tactics(graph, registry):
+        (got,) = run_tactic(graph, tactic, feeds)
+        np.testing.assert_array_equal(got, want)
+
 # --------------------------------------------------------------------------- generators
+
+
+@pytest.mark.parametrize("shape, k", [((4, 4), 0), ((3, 5), 2), ((5, 3), -1), ((2, 3), 5), ((0, 3), 0)])
+def test_eye_like(rng, shape, k):
+    for dtype in (np.float32, np.int8, np.bool_):
+        check_node("EyeLike", {"x": _data(rng, shape, dtype)}, {"k": k})
+    check_node("EyeLike", {"x": _data(rng, shape, np.int64)}, {"k": k, "dtype": 10})  # to float16
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.bool_])
@@ -355,5 +424,23 @@ def test_transpose_kernels_compile_for_the_gpu():
         for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
             check(f"narrow {dt}", T.narrow_transpose_kernel,
                   [arr(dt), arr(dt), I64, I64, I64, I64, arr(np.int64), arr(np.int64)], True)
+    """)
+    assert not failures, "\\n".join(failures)
+
+
+def test_gather_nd_reverse_sequence_and_eye_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile GatherND's, ReverseSequence's and
+    EyeLike's kernels for sm_90, for every element size and both index dtypes."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.shape import copies as C, generators as G
+        for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+            for index in (np.int32, np.int64):
+                check(f"gather_nd {dt} {index}", C.gather_nd_kernel,
+                      [arr(dt), arr(dt), arr(index), I64, I64, I64, I64, I64, arr(np.int64), arr(np.int64)], True)
+            check(f"reverse_sequence {dt}", C.reverse_sequence_kernel,
+                  [arr(dt), arr(dt), arr(np.int64), I64, I64, I64, I64, I64], True)
+            check(f"eye {dt}", G.eye_kernel, [arr(dt), I64, I64, I64, scalar(dt)], True)
     """)
     assert not failures, "\\n".join(failures)

@@ -9,6 +9,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
+from onnx.reference import ReferenceEvaluator
 
 import plugrt
 from plugrt.onnx.backend import prepare
@@ -277,6 +278,90 @@ def test_gather_elements(rng, axis):
     _one("GatherElements", {"x": x, "i": idx}, axis=axis)
 
 
+
+def _nd_indices(rng, shape, dims):
+    """GatherND index tuples (the last axis of ``shape``) into ``dims``, half negative."""
+    high = np.broadcast_to(np.array(dims, np.int64), shape)
+    picks = rng.integers(0, high)
+    return np.where(rng.random(shape) < 0.5, picks - high, picks).astype(np.int64)
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13])
+def test_gather_nd_negative_indices(rng, opset):
+    x = _x(rng, 3, 5, 2)
+    _one("GatherND", {"x": x, "i": _nd_indices(rng, (4, 1), (3,))}, opset=opset)
+    _one("GatherND", {"x": x, "i": _nd_indices(rng, (2, 3, 2), (3, 5))}, opset=opset)
+    _one("GatherND", {"x": x.astype(np.int32), "i": _nd_indices(rng, (3,), (3, 5, 2))}, opset=opset)
+
+
+@pytest.mark.parametrize("batch_dims, data_shape, index_shape", [
+    (1, (2, 3, 4), (2, 5, 2)), (1, (3, 4), (3, 1)), (2, (2, 3, 5, 2), (2, 3, 4, 1)), (1, (2, 3, 4, 2), (2, 2))])
+def test_gather_nd_batch_dims(rng, batch_dims, data_shape, index_shape):
+    x = _x(rng, *data_shape, dtype=np.float16)
+    idx = _nd_indices(rng, index_shape, data_shape[batch_dims:batch_dims + index_shape[-1]])
+    _one("GatherND", {"x": x, "i": idx}, opset=13, batch_dims=batch_dims)
+
+
+def test_gather_nd_symbolic_dims(rng):
+    x, idx = _x(rng, 2, 4, 3), _nd_indices(rng, (2, 5, 1), (4,))
+    model = _model([_node("GatherND", ["x", "i"], batch_dims=1)], {"x": x, "i": idx}, opset=13,
+                   shapes={"x": ["N", 4, 3], "i": [2, "T", 1]})
+    assert _infos(model)["y"].shape == (2, "T", 3)  # the batch dim is the indices' 2
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x, "i": idx})[0], _ort(model, {"x": x, "i": idx})[0])
+    model = _model([_node("GatherND", ["x", "i"])], {"x": x, "i": idx}, shapes={"x": ["N", 4, 3], "i": [2, "T", "K"]})
+    with pytest.raises(plugrt.UnsupportedError, match="my_gathernd.*last dim"):
+        import_model(model)
+
+
+def test_gather_nd_bad_input_is_refused(rng):
+    x = _x(rng, 3, 4)
+
+    def refused(error, match, idx, opset=13, **attrs):
+        model = _model([_node("GatherND", ["x", "i"], **attrs)], {"x": x, "i": idx}, opset=opset)
+        with pytest.raises(error, match=match):
+            prepare(model, "CPU").run({"x": x, "i": idx})
+
+    refused(plugrt.ShapeError, "my_gathernd.*3 entries.*1 to 2", np.zeros((2, 3), np.int64))
+    refused(plugrt.ShapeError, "my_gathernd.*1 to 1 entries", np.zeros((3, 2), np.int64), batch_dims=1)
+    refused(plugrt.ShapeError, "my_gathernd.*differ at batch axis 0", np.zeros((2, 1), np.int64), batch_dims=1)
+    refused(plugrt.ShapeError, "my_gathernd.*batch_dims=2", np.zeros((3, 1), np.int64), batch_dims=2)
+    refused(plugrt.UnsupportedError, "my_gathernd.*dtype int32.*int64", np.zeros((2, 1), np.int32))
+    refused(plugrt.ModelError, "my_gathernd.*opset 12", np.zeros((3, 1), np.int64), opset=11, batch_dims=1)
+    refused(plugrt.ModelError, "my_gathernd.*: index 4 is out of range \\[-4, 3\\] for axis 1",
+            np.array([[0, 4]], np.int64))
+    refused(plugrt.ModelError, "my_gathernd.*: index -4 is out of range \\[-3, 2\\] for axis 0",
+            np.array([[-4]], np.int64))
+
+
+@pytest.mark.parametrize("batch_axis, shape", [(1, (5, 3)), (0, (3, 5)), (1, (4, 3, 2, 3)), (0, (2, 6, 1))])
+def test_reverse_sequence(rng, batch_axis, shape):
+    time_axis = 1 - batch_axis
+    x = _x(rng, *shape, dtype=np.int16)
+    lens = rng.integers(0, shape[time_axis] + 1, size=shape[batch_axis]).astype(np.int64)
+    lens[0] = shape[time_axis]  # at least one full reversal
+    _one("ReverseSequence", {"x": x, "l": lens}, opset=10, batch_axis=batch_axis, time_axis=time_axis)
+
+
+def test_reverse_sequence_symbolic_dims_and_bad_input(rng):
+    x, lens = _x(rng, 4, 3, 2), np.array([4, 1, 2], np.int64)
+    model = _model([_node("ReverseSequence", ["x", "l"])], {"x": x, "l": lens}, opset=10,
+                   shapes={"x": ["T", "B", 2], "l": ["B"]})
+    assert _infos(model)["y"].shape == ("T", "B", 2)
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x, "l": lens})[0], _ort(model, {"x": x, "l": lens})[0])
+
+    def refused(error, match, lens, feed=x, **attrs):
+        model = _model([_node("ReverseSequence", ["x", "l"], **attrs)], {"x": feed, "l": lens}, opset=10)
+        with pytest.raises(error, match=match):
+            prepare(model, "CPU").run({"x": feed, "l": lens})
+
+    refused(plugrt.ShapeError, "my_reversesequence.*shape \\[2\\].*one length per index of batch_axis 1",
+            np.array([1, 2], np.int64))
+    refused(plugrt.ShapeError, "my_reversesequence.*must be 0 and 1", lens, batch_axis=2)
+    refused(plugrt.ShapeError, "my_reversesequence.*rank 2 or more", lens[:1], feed=x[:1, 0, 0])
+    refused(plugrt.UnsupportedError, "my_reversesequence.*dtype int32.*int64", lens.astype(np.int32))
+    refused(plugrt.ModelError, "my_reversesequence.*sequence length 5 is out of range \\[0, 4\\]",
+            np.array([1, 5, 2], np.int64))
+
 def test_expand_and_tile(rng):
     x = _x(rng, 3, 1, 5)
     for shape in ([2, 1, 4, 1], [5], [3, 7, 1], [1, 1, 1]):
@@ -323,6 +408,33 @@ def test_constant_forms():
         assert _infos(model)["y"].value is not None
         assert got[0].dtype == (np.float32 if "float" in next(iter(attrs)) else got[0].dtype)
 
+
+
+def test_eye_like(rng):
+    for shape, k in (((4, 4), 0), ((3, 5), 2), ((5, 3), -1), ((2, 6), -4), ((3, 4), 7)):
+        _one("EyeLike", {"x": _x(rng, *shape, dtype=np.int32)}, opset=9, k=k)
+    _one("EyeLike", {"x": _x(rng, 3, 4)}, opset=9, dtype=TensorProto.DOUBLE, k=1)
+    _one("EyeLike", {"x": _x(rng, 3, 2)}, opset=9, dtype=TensorProto.INT64)
+    # onnxruntime implements EyeLike-9 only, and not for float16: opset 22 against ONNX's reference
+    x = _x(rng, 3, 5, dtype=np.int64)
+    for dtype, k in ((TensorProto.FLOAT16, -2), (TensorProto.BOOL, 1), (None, 0)):
+        attrs = {"k": k} if dtype is None else {"dtype": dtype, "k": k}
+        model = _model([_node("EyeLike", ["x"], **attrs)], {"x": x}, opset=22)
+        got, = prepare(model, "CPU").run({"x": x})
+        want, = ReferenceEvaluator(model).run(None, {"x": x})
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_eye_like_symbolic_dims_and_bad_input(rng):
+    x = _x(rng, 3, 5)
+    model = _model([_node("EyeLike", ["x"], dtype=TensorProto.DOUBLE)], {"x": x}, shapes={"x": ["N", 5]})
+    assert _infos(model)["y"].shape == ("N", 5) and _infos(model)["y"].dtype == np.float64
+    np.testing.assert_array_equal(prepare(model, "CPU").run({"x": x})[0], _ort(model, {"x": x})[0])
+    with pytest.raises(plugrt.ShapeError, match="my_eyelike.*rank 2, got shape \\[2,3,4\\]"):
+        import_model(_model([_node("EyeLike", ["x"])], {"x": _x(rng, 2, 3, 4)}))
+    with pytest.raises(plugrt.UnsupportedError, match="my_eyelike.*dtype=BFLOAT16.*supported: FLOAT"):
+        import_model(_model([_node("EyeLike", ["x"], dtype=TensorProto.BFLOAT16)], {"x": x}))
 
 def test_constant_of_shape_and_range(rng):
     value = numpy_helper.from_array(np.array([7], np.int32))

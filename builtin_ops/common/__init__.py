@@ -4,6 +4,8 @@
   ``maximum``/``minimum`` device functions (elementwise, activation, pooling, resize);
 - :mod:`.scale_folding`: :func:`~.scale_folding.vector_along`, which anchors (Conv,
   MatMul, Gemm) use to fold a per-channel scale into their weights;
+- :mod:`.dtypes`: ONNX's dtype codes of the NumPy dtypes (elementwise's Cast, shape's
+  EyeLike);
 - :mod:`.layout`: a Transpose's normalized permutation, and the channels-first view of a
   channels-last tensor (shape, matmul, conv, pooling).
 

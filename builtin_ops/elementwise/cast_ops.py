@@ -11,24 +11,10 @@ import numpy as np
 
 from plugrt.plugin import CONVERT, POINTWISE, REQUIRED, Attr, OpPlugin, TensorInfo, pointwise_tactics
 
+from plugrt_builtin_ops.common.dtypes import ONNX_DTYPES, dtype_name
+
 from . import device_functions
-from .ops import BOOL, require_inputs
-
-#: TensorProto.DataType values of the dtypes NumPy handles natively (Cast's ``to``).
-ONNX_DTYPES = {
-    1: np.dtype("float32"), 2: np.dtype("uint8"), 3: np.dtype("int8"), 4: np.dtype("uint16"),
-    5: np.dtype("int16"), 6: np.dtype("int32"), 7: np.dtype("int64"), 9: BOOL,
-    10: np.dtype("float16"), 11: np.dtype("float64"), 12: np.dtype("uint32"), 13: np.dtype("uint64"),
-}
-
-
-def dtype_name(to: int) -> str:
-    try:
-        from onnx import TensorProto
-
-        return TensorProto.DataType.Name(to)
-    except (ImportError, ValueError):
-        return str(to)
+from .ops import require_inputs
 
 
 def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
-RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN.
+RMSNormalization, GroupNormalization, MeanVarianceNormalization and LRN (LpNormalization,
+a norm rather than statistics, is in :mod:`.lp_norm_ops`).
 
 Statistics and the normalization itself are computed in float64 and cast back to the
 input dtype (or to the stash dtype for LayerNormalization's Mean and InvStdDev, to the

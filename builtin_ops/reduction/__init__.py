@@ -1,14 +1,14 @@
 """Reductions (ReduceSum, ..., ReduceLogSumExp, ArgMax, ArgMin), the softmax family
 (Softmax, LogSoftmax, Hardmax), and the ops along one axis that keep or select elements
-(CumSum, TopK).
+(CumSum, CumProd, TopK).
 
 - :mod:`.ops`: the op plugins of the reductions and the softmax family;
-- :mod:`.scan_ops`: the op plugins CumSum and TopK;
+- :mod:`.scan_ops`: the op plugins CumSum, CumProd and TopK;
 - :mod:`.fuse_softmax`: the graph pass recognizing softmax written in primitive ops;
 - kernels: :mod:`.reduce` (the Reduce* ops, and the axes view every reduction kernel
   reads), :mod:`.softmax` (Softmax, LogSoftmax, ReduceLogSumExp), :mod:`.argmax`
-  (ArgMax, ArgMin, Hardmax), :mod:`.scan` (CumSum, and the lines along one axis that
-  TopK walks too) and :mod:`.topk` (TopK).
+  (ArgMax, ArgMin, Hardmax), :mod:`.scan` (CumSum and CumProd, and the lines along one
+  axis that TopK walks too) and :mod:`.topk` (TopK).
 """
 
 from plugrt import hookimpl

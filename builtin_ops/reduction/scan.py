@@ -1,4 +1,5 @@
-"""CUDA tactic of CumSum, and the lines along one axis that it and TopK (:mod:`.topk`) walk.
+"""CUDA tactics of CumSum and CumProd, and the lines along one axis that they and TopK
+(:mod:`.topk`) walk.
 
 X of ``shape`` seen along ``axis`` is ``[outer, n, inner]`` (the dims before the axis
 merged, then the axis, then the dims after it merged): ``outer * inner`` independent
@@ -7,10 +8,11 @@ lines of ``n`` elements, ``inner`` apart in memory. Line ``l`` starts at
 indices and their loads and stores coalesce (when ``inner`` is large; an innermost axis
 leaves one line per thread and strided access).
 
-CumSum runs one thread per line in a grid-stride loop, each walking its line in order (from
-the end with ``reverse``) and storing the running sum after adding (before, with
-``exclusive``). Accumulators: float32 for float16 and float32, float64 for float64, int64
-or uint64 for integers (stored, the sum wraps as in the integer type).
+CumSum and CumProd run one thread per line in a grid-stride loop, each walking its line in
+order (from the end with ``reverse``) and storing the running sum or product after taking
+the element in (before, with ``exclusive``). Accumulators: float32 for float16 and
+float32, float64 for float64, int64 or uint64 for integers (stored, the result wraps as in
+the integer type: the low bits of a sum or product depend on the operands' low bits only).
 """
 
 from __future__ import annotations
@@ -66,17 +68,18 @@ def narrow_to(dtype_name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def cumsum_kernel(dtype_name: str, exclusive: bool, reverse: bool):
-    """``kernel(x, y, n_lines, n, inner)``: the running sums of each line of X into Y."""
+def scan_kernel(dtype_name: str, product: bool, exclusive: bool, reverse: bool):
+    """``kernel(x, y, n_lines, n, inner)``: the running sums (``product``: products) of each
+    line of X into Y."""
     A = scan_accumulator(dtype_name)
     narrow = narrow_to(dtype_name)
-    zero = A(0)
+    start_value = A(1) if product else A(0)
 
     @jit
     def kernel(x, y, n_lines, n, inner):
         for line in range(cuda.grid(1), n_lines, cuda.gridsize(1)):
             start = line_start(line, n, inner)
-            total = zero
+            total = start_value
             for step in range(n):
                 if reverse:
                     at = start + (n - 1 - step) * inner
@@ -84,25 +87,28 @@ def cumsum_kernel(dtype_name: str, exclusive: bool, reverse: bool):
                     at = start + step * inner
                 if exclusive:
                     y[at] = narrow(total)
-                    total += A(x[at])
+                if product:
+                    total *= A(x[at])
                 else:
                     total += A(x[at])
+                if not exclusive:
                     y[at] = narrow(total)
 
     return kernel
 
 
-def cumsum_tactics(shape, axis: int, dtype, exclusive: bool, reverse: bool) -> list[Tactic]:
-    """CumSum of X (``shape``, ``dtype``) along the resolved ``axis``: one ``thread`` tactic."""
+def scan_tactics(shape, axis: int, dtype, product: bool, exclusive: bool, reverse: bool) -> list[Tactic]:
+    """CumSum (``product``: CumProd) of X (``shape``, ``dtype``) along the resolved ``axis``:
+    one ``thread`` tactic."""
     outer, n, inner = axis_lines(shape, axis)
     n_lines = outer * inner
-    name = np.dtype(dtype).name
+    kernel = scan_kernel(np.dtype(dtype).name, product, exclusive, reverse)
 
     def launches(ins, outs, workspace):
         if n_lines == 0 or n == 0:
             return []
         blocks, threads = grid_1d(n_lines)
         args = (flat(ins[0]), flat(outs[0]), np.int64(n_lines), np.int64(n), np.int64(inner))
-        return [Launch(cumsum_kernel(name, exclusive, reverse), blocks, threads, args)]
+        return [Launch(kernel, blocks, threads, args)]
 
     return [Tactic("thread", launches, {})]

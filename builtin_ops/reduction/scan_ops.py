@@ -1,7 +1,8 @@
-"""CumSum and TopK: ops that run along one axis of X, line by line, as the reductions do,
-but keep (CumSum) or select (TopK) elements instead of folding them into one.
+"""CumSum, CumProd and TopK: ops that run along one axis of X, line by line, as the
+reductions do, but keep (CumSum, CumProd) or select (TopK) elements instead of folding them
+into one.
 
-CumSum's axis (an input) and TopK's K (an input) must be constants for the engine (the
+The scans' axis (an input) and TopK's K (an input) must be constants for the engine (the
 kernels are planned around them); the references take any value.
 """
 
@@ -14,7 +15,7 @@ from plugrt.plugin import FLOAT_DTYPES, NUMERIC_DTYPES, REDUCTION, Attr, Example
 from .ops import _normalize_axis
 
 _INDEX_DTYPES = frozenset(np.dtype(t) for t in ("int32", "int64"))
-_CUMSUM_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
+_SCAN_DTYPES = FLOAT_DTYPES | {np.dtype(t) for t in ("int32", "int64", "uint32", "uint64")}
 
 
 def _scalar(node, what: str, value) -> int:
@@ -32,30 +33,30 @@ def _one_element(info) -> bool:
     return info.rank == 1 and (info.shape[0] == 1 or not isinstance(info.shape[0], int))
 
 
-class CumSum(OpPlugin):
-    """``y[..., i, ...] = sum of x[..., j, ...]`` along ``axis`` for ``j <= i`` (``j < i`` with
-    ``exclusive``; ``j >= i``, or ``j > i``, with ``reverse``), an exclusive sum's first
-    element 0.
+class Scan(OpPlugin):
+    """What CumSum and CumProd share: ``y[..., i, ...]`` is the running sum (product) of
+    ``x[..., j, ...]`` along ``axis`` for ``j <= i`` (``j < i`` with ``exclusive``; ``j >= i``,
+    or ``j > i``, with ``reverse``); an exclusive scan's first element is 0 (1).
 
-    The sums are in X's dtype, as ONNX's reference computes them: integers wrap, and
-    float16 partial sums round to float16 at every step. The CUDA kernel adds float16 in
-    float32 and rounds once per output, so its float16 results may differ from the
-    reference by a few ulp of the running total (they are the closer to the exact sums).
+    The results are in X's dtype, as ONNX's reference computes them: integers wrap, and
+    float16 partial results round to float16 at every step. The CUDA kernel computes
+    float16 in float32 and rounds once per output, so its float16 results may differ from
+    the reference by a few ulp of the running total (they are the closer to the exact ones).
     """
 
-    op_type = "CumSum"
-    since_opset = 11
     attributes = (Attr("exclusive", "int", 0), Attr("reverse", "int", 0))
     inputs = (2, 2)
     groups = frozenset({REDUCTION})
-    dtypes = _CUMSUM_DTYPES | _INDEX_DTYPES
+    dtypes = _SCAN_DTYPES | _INDEX_DTYPES
+    #: Whether the scan multiplies (CumProd) rather than adds (CumSum).
+    product = False
 
     def check(self, node, inputs):
         x, axis = inputs
-        self.require_dtypes(node, inputs, _CUMSUM_DTYPES, which=[0])
+        self.require_dtypes(node, inputs, _SCAN_DTYPES, which=[0])
         self.require_dtypes(node, inputs, _INDEX_DTYPES, which=[1])
         if x.rank == 0:
-            raise self.unsupported(node, "a 0-D input", "CumSum scans along an axis; give X at least one dim")
+            raise self.unsupported(node, "a 0-D input", f"{self.op_type} scans along an axis; give X at least one dim")
         if not _one_element(axis):
             raise self.unsupported(node, f"an axis input of shape {list(axis.shape)}",
                                    "axis is one integer: a 0-D (or 1-element) tensor")
@@ -70,14 +71,15 @@ class CumSum(OpPlugin):
         return [TensorInfo(x.dtype, x.shape)]
 
     def tactics(self, node, inputs, outputs):
-        from .scan import cumsum_tactics
+        from .scan import scan_tactics
 
         x, axis = inputs
         if axis.value is None:
             raise self.unsupported(node, "an axis input computed at run time",
                                    "make axis a constant (an initializer or a folded computation)")
         axis = _normalize_axis(_scalar(node, "axis", axis.value), x.rank)
-        return cumsum_tactics(x.shape, axis, x.dtype, bool(node.attrs["exclusive"]), bool(node.attrs["reverse"]))
+        return scan_tactics(x.shape, axis, x.dtype, self.product, bool(node.attrs["exclusive"]),
+                            bool(node.attrs["reverse"]))
 
     def reference(self, node, inputs):
         x, axis = inputs
@@ -85,9 +87,11 @@ class CumSum(OpPlugin):
         reverse = bool(node.attrs["reverse"])
         if reverse:
             x = np.flip(x, axis)
-        total = np.cumsum(x, axis=axis, dtype=x.dtype)
-        if node.attrs["exclusive"]:  # y[i] = inclusive[i - 1], y[0] = 0
-            shifted = np.zeros_like(total)
+        scan = np.cumprod if self.product else np.cumsum
+        with np.errstate(over="ignore"):  # integers wrap, as on the GPU
+            total = scan(x, axis=axis, dtype=x.dtype)
+        if node.attrs["exclusive"]:  # y[i] = inclusive[i - 1], y[0] = 0 (1 for a product)
+            shifted = np.ones_like(total) if self.product else np.zeros_like(total)
             body = [slice(None)] * x.ndim
             head = list(body)
             body[axis], head[axis] = slice(1, None), slice(0, -1)
@@ -97,6 +101,11 @@ class CumSum(OpPlugin):
             total = np.flip(total, axis)
         return [np.ascontiguousarray(total)]
 
+
+class CumSum(Scan):
+    op_type = "CumSum"
+    since_opset = 11
+
     def examples(self):
         f32, f16, i64 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64)
         return [Example((TensorInfo(f32, (3, 7)), np.array(1, np.int64))),
@@ -105,6 +114,23 @@ class CumSum(OpPlugin):
                 Example((TensorInfo(f16, (2, 3, 5)), np.array(-1, np.int64)), {"exclusive": 1},
                         rtol=1e-2, atol=1e-2),
                 Example((TensorInfo(i64, (5, 3)), np.array(0, np.int32)), {"exclusive": 1}, opset=11)]
+
+
+class CumProd(Scan):
+    op_type = "CumProd"
+    since_opset = 26
+    product = True
+
+    def examples(self):
+        f32, f16, i32 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int32)
+        near_one = {0: (0.5, 1.5)}  # products that stay in range
+        return [Example((TensorInfo(f32, (3, 7)), np.array(1, np.int64)), ranges=near_one, opset=26),
+                Example((TensorInfo(f32, (2, 5, 3)), np.array(1, np.int32)), {"exclusive": 1, "reverse": 1},
+                        ranges=near_one, opset=26),
+                Example((TensorInfo(f16, (2, 3, 5)), np.array([-1], np.int64)), {"exclusive": 1}, ranges=near_one,
+                        rtol=1e-2, atol=1e-2, opset=26),
+                Example((TensorInfo(i32, (5, 3)), np.array(0, np.int32)), {"reverse": 1}, ranges={0: (-3, 4)},
+                        opset=26)]
 
 
 class TopK(OpPlugin):
@@ -203,4 +229,4 @@ class TopK(OpPlugin):
                 Example((TensorInfo(i64, (5, 3)), np.array([2], np.int64)), {"axis": 0}, opset=10)]
 
 
-OPS = (CumSum, TopK)
+OPS = (CumSum, CumProd, TopK)

@@ -1,11 +1,14 @@
-"""Data movement and generators: Reshape, Transpose, Concat, Slice, Gather, ..., Shape,
-Constant, Range, OneHot, Trilu, and the scatters.
+"""Data movement and generators: Reshape, Transpose, Concat, Slice, Gather, GatherND, ...,
+Shape, Constant, Range, OneHot, Trilu, and the scatters.
 
 - :mod:`.ops`: the ops that keep the elements' order (Reshape, Flatten, Squeeze, Unsqueeze,
   Identity, Dropout), and the helpers the other op modules share;
 - :mod:`.movement_ops`: Transpose, Concat, Split, Slice, Gather, GatherElements, Expand,
   Tile;
-- :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu;
+- :mod:`.indexed_ops`: GatherND, ReverseSequence (movement steered by a runtime integer
+  tensor);
+- :mod:`.generator_ops`: Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu,
+  EyeLike, NonZero;
 - :mod:`.scatter_ops`: ScatterElements (and the deprecated Scatter), ScatterND;
 - kernels: :mod:`.copies` (plain, strided, row-block and gathering copies),
   :mod:`.transpose` (the shared-memory tiled transpose), :mod:`.generators` and
@@ -20,10 +23,12 @@ Constant, Range, OneHot, Trilu, and the scatters.
 from plugrt import hookimpl
 from plugrt.plugin import GraphPass
 
-from . import channels_last, generator_ops, io_formats, movement_ops, ops, scatter_ops, simplify_pairs, sink_reshapes
+from . import (
+    channels_last, generator_ops, indexed_ops, io_formats, movement_ops, ops, scatter_ops, simplify_pairs, sink_reshapes,
+)
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS + movement_ops.OPS + generator_ops.OPS + scatter_ops.OPS
+OPS = ops.OPS + movement_ops.OPS + indexed_ops.OPS + generator_ops.OPS + scatter_ops.OPS
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)

@@ -6,9 +6,10 @@ Moving data never looks at values, so every kernel here reads and writes flat vi
 its tensors as unsigned ints of the element's size (:func:`bits`): one compiled kernel
 serves float16/32/64, every integer type and bool alike. Layouts are computed on the host
 by the op (shapes, element strides, a base offset) and travel as int64 device tables, so
-one compiled kernel serves every shape. Index tensors (Gather's, GatherElements') keep
-their own dtype, int32 or int64; negative indices wrap, and indices still out of range
-are clamped so that a bad index reads a wrong element instead of foreign memory.
+one compiled kernel serves every shape. Index tensors (Gather's, GatherElements',
+GatherND's) keep their own dtype, int32 or int64; negative indices wrap, and indices
+still out of range are clamped so that a bad index reads a wrong element instead of
+foreign memory.
 """
 
 from __future__ import annotations
@@ -136,6 +137,44 @@ def gather_elements_kernel(out, x, idx, n, ndim, ishape, xstrides, axis, dim):
                 c = _wrap_index(idx[i], dim)
             src += c * xstrides[d]
         out[i] = x[src]
+
+
+@jit
+def gather_nd_kernel(out, x, idx, n, slice_size, count, block, k, dims, strides):
+    """GatherND: output element ``i`` is element ``i % slice_size`` of the slice that index
+    tuple ``t = i // slice_size`` (``k`` entries at ``idx[t * k:]``) picks in batch block
+    ``t // count`` (``block`` elements of ``x`` each); ``dims``/``strides`` are the indexed
+    axes' sizes and element strides."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        s = i % slice_size
+        t = i // slice_size
+        src = (t // count) * block + s
+        for j in range(k):
+            src += _wrap_index(idx[t * k + j], dims[j]) * strides[j]
+        out[i] = x[src]
+
+
+@jit
+def reverse_sequence_kernel(out, x, lens, n, inner, d1, batch_axis, max_time):
+    """ReverseSequence over ``x`` as ``(d0, d1, inner)`` with the batch and time axes 0 and 1
+    (in the order ``batch_axis`` says): the first ``lens[b]`` steps of each batch entry
+    reversed, the rest copied; a length is clamped into ``[0, max_time]``."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        j = i % inner
+        r = i // inner
+        c1 = r % d1
+        c0 = r // d1
+        if batch_axis == 0:
+            b, t = c0, c1
+        else:
+            b, t = c1, c0
+        length = min(max(int64(lens[b]), int64(0)), max_time)
+        if t < length:
+            t = length - 1 - t
+        if batch_axis == 0:
+            out[i] = x[(b * d1 + t) * inner + j]
+        else:
+            out[i] = x[(t * d1 + b) * inner + j]
 
 
 # --------------------------------------------------------------------------- layouts
@@ -343,3 +382,41 @@ def gather_elements_tactic(x_shape: Sequence[int], idx_shape: Sequence[int], axi
         return [Launch(gather_elements_kernel, blocks, threads, args)]
 
     return Tactic("gather_elements", launches)
+
+
+def gather_nd_tactic(x_shape: Sequence[int], idx_shape: Sequence[int], batch_dims: int) -> Tactic:
+    """GatherND with runtime index tuples: one thread per output element."""
+    k = int(idx_shape[-1])
+    indexed = [int(d) for d in x_shape[batch_dims:batch_dims + k]]
+    strides = c_strides(x_shape)[batch_dims:batch_dims + k]
+    slice_size = element_count(x_shape[batch_dims + k:])
+    count = element_count(idx_shape[batch_dims:-1])
+    n = element_count(x_shape[:batch_dims]) * count * slice_size
+
+    def launches(ins, outs, workspace):
+        if n == 0 or 0 in indexed:  # no index is in range of an empty axis: nothing to read
+            return []
+        blocks, threads = grid_1d(n)
+        args = (bits(outs[0]), bits(ins[0]), flat(ins[1]), np.int64(n), np.int64(slice_size), np.int64(count),
+                np.int64(element_count(x_shape[batch_dims:])), np.int64(k), int64_table(indexed),
+                int64_table(strides))
+        return [Launch(gather_nd_kernel, blocks, threads, args)]
+
+    return Tactic("gather_nd", launches)
+
+
+
+def reverse_sequence_tactic(shape: Sequence[int], batch_axis: int) -> Tactic:
+    """ReverseSequence with runtime lengths: one thread per output element."""
+    n = element_count(shape)
+    inner = element_count(shape[2:])
+
+    def launches(ins, outs, workspace):
+        if n == 0:
+            return []
+        blocks, threads = grid_1d(n)
+        args = (bits(outs[0]), bits(ins[0]), flat(ins[1]), np.int64(n), np.int64(inner), np.int64(shape[1]),
+                np.int64(batch_axis), np.int64(shape[1 - batch_axis]))
+        return [Launch(reverse_sequence_kernel, blocks, threads, args)]
+
+    return Tactic("reverse_sequence", launches)

@@ -1,6 +1,6 @@
 """Generator ops: tensors made rather than moved. Shape and Size report dims, Constant and
-ConstantOfShape hold values, Range, OneHot and Trilu compute from their inputs, NonZero
-lists the indices of its input's nonzero elements.
+ConstantOfShape hold values, Range, OneHot and Trilu compute from their inputs, EyeLike
+from its input's shape, NonZero lists the indices of its input's nonzero elements.
 
 The engine folds every node whose output value is known at build time; the CUDA tactics
 (:mod:`.generators`) serve the rest (a Shape of a runtime tensor still writes its known
@@ -16,7 +16,9 @@ import math
 import numpy as np
 
 from plugrt import ModelError, ShapeError
-from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, OpPlugin, TensorInfo, dims, optional
+from plugrt.plugin import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Attr, Example, OpPlugin, TensorInfo, dims, optional
+
+from plugrt_builtin_ops.common.dtypes import ONNX_DTYPES, dtype_name
 
 from . import generators
 from .ops import (
@@ -45,6 +47,46 @@ class Trilu(OpPlugin):
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         return [generators.trilu_tactic(inputs[0].shape, bool(node.attrs["upper"]), optional(inputs, 1))]
+
+
+class EyeLike(OpPlugin):
+    """A 2-D tensor of the input's shape with ones on diagonal ``k`` (``k > 0`` above the main
+    one, ``k < 0`` below) and zeros elsewhere, of dtype ``dtype`` (a TensorProto code;
+    default: the input's). Only the input's shape is read."""
+
+    op_type = "EyeLike"
+    since_opset = 9
+    attributes = (Attr("dtype", "int", None), Attr("k", "int", 0))
+
+    def _dtype(self, node, x):
+        code = node.attrs["dtype"]
+        return x.dtype if code is None else ONNX_DTYPES[code]
+
+    def check(self, node, inputs):
+        code = node.attrs["dtype"]
+        if code is not None and code not in ONNX_DTYPES:
+            names = ", ".join(dtype_name(c) for c in sorted(ONNX_DTYPES))
+            raise self.unsupported(node, f"dtype={dtype_name(code)}", f"supported: {names}")
+        if inputs[0].rank != 2:
+            raise ShapeError(f"{node.describe()}: the input must have rank 2, got shape "
+                             f"{dims.format_shape(inputs[0].shape)}")
+
+    def infer(self, node, inputs):
+        x = inputs[0]
+        return [TensorInfo(self._dtype(node, x), x.shape)]
+
+    def reference(self, node, inputs):
+        x = inputs[0]
+        return [np.eye(x.shape[0], x.shape[1], k=node.attrs["k"], dtype=self._dtype(node, x))]
+
+    @concrete_shapes
+    def tactics(self, node, inputs, outputs):
+        return [generators.eye_tactic(outputs[0].shape, node.attrs["k"], outputs[0].dtype)]
+
+    def examples(self):
+        f32, i32 = np.dtype("float32"), np.dtype("int32")
+        return [Example((TensorInfo(f32, (4, 6)),), {"k": -1}, name="float32 below"),
+                Example((TensorInfo(i32, (5, 3)),), {"dtype": 10, "k": 2}, name="int32 to float16 above")]
 
 
 # ---------------------------------------------------------------------------------- shape info
@@ -304,4 +346,4 @@ class NonZero(OpPlugin):
         return [generators.nonzero_tactic(inputs[0].shape, inputs[0].dtype)]
 
 
-OPS = (Trilu, Shape, Size, ConstantOfShape, Constant, Range, OneHot, NonZero)
+OPS = (Trilu, EyeLike, Shape, Size, ConstantOfShape, Constant, Range, OneHot, NonZero)

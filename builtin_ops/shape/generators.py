@@ -1,6 +1,6 @@
 """CUDA tactics of the generator ops: tensors made rather than moved (Shape, Size,
 Constant, ConstantOfShape write values known at build time; Range, OneHot and Trilu
-compute from their inputs, which may be runtime tensors; NonZero lists the indices of
+compute from their inputs, which may be runtime tensors; EyeLike from its input's shape; NonZero lists the indices of
 its input's nonzero elements, its output's size that input's data).
 
 Scalars an op reads from an input (Range's start and delta, Trilu's k, OneHot's values)
@@ -20,7 +20,7 @@ from numba import float32, float64, int32, int64
 from plugrt.kernels import cuda, flat, grid_1d, jit, to_device
 from plugrt.plugin import Launch, Tactic
 
-from .copies import UINT, bits, element_count, fill_launch, int64_table, table_launch
+from .copies import UINT, bits, element_count, fill_launch, host_bits, int64_table, table_launch
 
 
 def scalar_source(info, device_array, dtype=None):
@@ -197,6 +197,35 @@ def trilu_tactic(shape: Sequence[int], upper: bool, k_info) -> Tactic:
         return [Launch(trilu_kernel, blocks, threads, args)]
 
     return Tactic("trilu", launches)
+
+
+# --------------------------------------------------------------------------- EyeLike
+
+
+@jit
+def eye_kernel(out, n, cols, k, one):
+    """``out[r, c] = one`` where ``c - r == k``, else 0 (bits views)."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        c = i % cols
+        r = i // cols
+        if c - r == k:
+            out[i] = one
+        else:
+            out[i] = 0
+
+
+def eye_tactic(shape: Sequence[int], k: int, dtype) -> Tactic:
+    """EyeLike: ones on diagonal ``k`` of a 2-D output of ``dtype``; the input is not read."""
+    n = element_count(shape)
+    one = UINT[np.dtype(dtype).itemsize](host_bits(np.ones(1, dtype))[0])
+
+    def launches(ins, outs, workspace):
+        if n == 0:
+            return []
+        blocks, threads = grid_1d(n)
+        return [Launch(eye_kernel, blocks, threads, (bits(outs[0]), np.int64(n), np.int64(shape[1]), np.int64(k), one))]
+
+    return Tactic("eye", launches)
 
 
 # --------------------------------------------------------------------------- NonZero

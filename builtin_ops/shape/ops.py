@@ -3,10 +3,10 @@ Identity, Dropout; and what every op module of the shape family shares (reading
 shape-like inputs and axes, the :class:`MoveOp` and :class:`CopyOp` bases).
 
 The other op modules: :mod:`.movement_ops` (Transpose, Concat, Split, Slice, Gather,
-GatherElements, Expand, Tile), :mod:`.generator_ops` (Shape, Size, Constant,
-ConstantOfShape, Range, OneHot, Trilu) and :mod:`.scatter_ops` (ScatterElements, Scatter,
-ScatterND). Their CUDA kernels: :mod:`.copies`, :mod:`.transpose`, :mod:`.generators` and
-:mod:`.scatter`.
+GatherElements, Expand, Tile), :mod:`.indexed_ops` (GatherND, ReverseSequence),
+:mod:`.generator_ops` (Shape, Size, Constant, ConstantOfShape, Range, OneHot, Trilu,
+EyeLike, NonZero) and :mod:`.scatter_ops` (ScatterElements, Scatter, ScatterND). Their
+CUDA kernels: :mod:`.copies`, :mod:`.transpose`, :mod:`.generators` and :mod:`.scatter`.
 
 Shape-like inputs (Reshape's shape, Slice's starts, Unsqueeze's axes, ...) are read from
 ``TensorInfo.value`` when known, giving exact output shapes; when unknown the output keeps
