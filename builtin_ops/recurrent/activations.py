@@ -83,8 +83,9 @@ def resolve(names: list[str], alphas: list[float] | None, betas: list[float] | N
             continue
         takers = [c for c in canonical if DEFAULTS[c][k] is not None]
         if len(takers) != len(canonical) or len(given) != len(canonical):
-            return (f"{label}={list(given)} for activations {names} (accepted only when every activation takes "
-                    f"that parameter, one value each, where onnxruntime's and ONNX's readings agree)")
+            shown = ", ".join(f"{v:.6g}" for v in given)
+            return (f"{label}=[{shown}] for activations {names} (accepted only when every activation takes "
+                    f"that parameter, one value each: there onnxruntime's and ONNX's readings agree)")
         values[k] = [float(v) for v in given]
     found = []
     for i, name in enumerate(canonical):
