@@ -12,12 +12,12 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from plugrt.engine import Builder, BuilderConfig
+from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
 from plugrt.errors import ShapeError, UnsupportedError
 from plugrt.ir.specialize import concretize
 from plugrt.onnx import backend
 from plugrt.onnx.importer import import_model
-from plugrt.testing import node_tactics, run_tactic
+from plugrt.testing import check_plugin, node_tactics, run_tactic
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
@@ -190,6 +190,46 @@ def test_two_layer_lstm_engine(rng):
     got = engine.create_execution_context().execute({"x": x})
     for name, want in zip(("y", "h0", "h1", "c1"), expected):
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def _symbolic_gru(layout: int):
+    """A bidirectional GRU over X of symbolic sequence and batch dims, weights as initializers."""
+    rng = np.random.default_rng(7)
+    gh = 3 * HIDDEN
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
+             for n, s in (("W", (2, gh, SIZE)), ("R", (2, gh, HIDDEN)), ("B", (2, 2 * gh)))]
+    x_dims = ["batch", "seq", SIZE] if layout else ["seq", "batch", SIZE]
+    node = helper.make_node("GRU", ["x", "W", "R", "B"], ["y", "h"], hidden_size=HIDDEN, direction="bidirectional",
+                            linear_before_reset=1, layout=layout, name="gru")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, x_dims)],
+                              [helper.make_empty_tensor_value_info(n) for n in ("y", "h")], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_shapes_are_inferred_with_symbolic_dims():
+    graph = import_model(_symbolic_gru(0))
+    assert graph.info("y").shape == ("seq", 2, "batch", HIDDEN) and graph.info("h").shape == (2, "batch", HIDDEN)
+    graph = import_model(_symbolic_gru(1))
+    assert graph.info("y").shape == ("batch", "seq", 2, HIDDEN) and graph.info("h").shape == ("batch", 2, HIDDEN)
+
+
+def test_dynamic_sequence_length_and_batch_in_one_engine(rng):
+    """One engine over a profile of lengths and batches: each shape gets its own launch list."""
+    model = _symbolic_gru(0)
+    config = BuilderConfig()
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 1, SIZE), (2, 2, SIZE),
+                                                                   (SEQ, BATCH, SIZE)))
+    context = Builder(_registry()).build_engine(model, config).create_execution_context()
+    for shape in ((SEQ, BATCH, SIZE), (1, 2, SIZE), (3, 1, SIZE)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = context.execute({"x": x})
+        for name, want in zip(("y", "h"), _onnxruntime(model, {"x": x})):
+            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=2e-5, err_msg=f"{name} at {shape}")
+
+
+def test_conformance_kit_passes_every_claimed_example(registry):
+    report = check_plugin("builtin-recurrent", registry=registry)
+    assert report.ops() == ["GRU", "LSTM", "RNN"]
 
 
 # ------------------------------------------------------------------------------ errors
