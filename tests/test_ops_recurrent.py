@@ -168,6 +168,28 @@ def test_float16_tactic_matches_reference(rng, op):
     np.testing.assert_allclose(reference[0].astype(np.float32), expected[0], rtol=1e-2, atol=5e-3)
 
 
+@pytest.mark.parametrize("op", ["LSTM", "RNN"])
+def test_float64_tactic_matches_reference(rng, op):
+    """float64 inputs: the kernels compute in float64, as the reference does."""
+    feeds = _feeds(rng, op, direction="reverse", lens=[3, 4, 2], peepholes=True, dtype=np.float64)
+    model = _model(op, feeds, {"direction": "reverse", "clip": 1.0})
+    reference = backend.prepare(model, "CPU").run({n: a for n, a in feeds.items() if a is not None})
+    for want, got in zip(reference, _tactic_outputs(model, feeds)):
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("op, outputs", [("LSTM", ["", "", "Y_c"]), ("GRU", ["Y"]), ("RNN", ["", "Y_h"])])
+def test_omitted_outputs_through_the_engine(rng, op, outputs):
+    feeds = _feeds(rng, op, direction="bidirectional", lens=[2, 4, 1])
+    model = _model(op, feeds, {"direction": "bidirectional"}, outputs=outputs)
+    runtime = {n: a for n, a in feeds.items() if a is not None}
+    got = backend.prepare(model, "CUDA", tf32=False).run(runtime)
+    expected = _onnxruntime(model, feeds)
+    assert len(got) == len(expected) == 1
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=2e-5)
+
+
 def test_two_layer_lstm_engine(rng):
     """X -> LSTM (bidirectional) -> Transpose/Reshape to [seq, batch, 2H] -> LSTM, as a
     two-layer ``nn.LSTM`` exports, weights as initializers, Y_h of both layers out."""

@@ -14,13 +14,9 @@ from plugrt import ShapeError
 from plugrt.plugin import FLOAT_DTYPES, Attr, Example, OpPlugin, TensorInfo, optional
 
 from . import recurrence
-from .recurrence import DIRECTIONS, GATES
+from .recurrence import B, DIRECTIONS, GATES, INITIAL_C, INITIAL_H, P, R, SEQUENCE_LENS, W, X
 
 _INT32 = np.dtype(np.int32)
-#: Indices of the inputs every cell takes.
-X, W, R, B, SEQUENCE_LENS, INITIAL_H = range(6)
-#: LSTM's further inputs.
-INITIAL_C, P = 6, 7
 
 
 def _same(a, b) -> bool:

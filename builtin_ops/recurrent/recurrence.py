@@ -2,7 +2,8 @@
 that runs it.
 
 The three cells, for one direction (ONNX's equations; ``f``, ``g``, ``h`` the direction's
-activations, ``clip`` applied to every activation's input when the node sets it):
+activations; ``clip``, when the node sets it, bounds the input of every gate's activation,
+not that of LSTM's ``h(C)``, as onnxruntime reads it):
 
 - RNN: ``H = f(X W^T + H' R^T + Wb + Rb)``;
 - GRU (gates z, r, h): ``z = f(X Wz^T + H' Rz^T + Wbz + Rbz)``, ``r`` likewise,
@@ -26,6 +27,8 @@ import numpy as np
 
 from .activations import Activation, resolve
 
+#: Input positions: every cell's, then LSTM's.
+X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, P = range(8)
 #: Gates per cell, in the order of W's rows.
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 #: Default activations of one direction.

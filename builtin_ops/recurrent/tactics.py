@@ -21,9 +21,7 @@ from plugrt.plugin import Launch, Tactic
 
 from . import cell_steps
 from .projection import copy_state, projection_kernel, zero_state
-
-#: Input positions (every cell's, then LSTM's).
-X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, P = range(8)
+from .recurrence import B, INITIAL_C, INITIAL_H, P, R, SEQUENCE_LENS, W, X
 
 
 def accumulator(dtype) -> np.dtype:
