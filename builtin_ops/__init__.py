@@ -1,7 +1,8 @@
 """The built-in op plugins of plugrt, one package per op family.
 
 Each family package (``activation``, ``elementwise``, ``conv``, ``matmul``,
-``normalization``, ``pooling``, ``reduction``, ``shape``, ``spatial``) is registered through
+``normalization``, ``pooling``, ``quant``, ``recurrent``, ``reduction``, ``shape``,
+``spatial``) is registered through
 its own entry point ``builtin-<family>`` in group ``plugrt.plugins``, exactly as a
 third-party plugin is; the core never imports this package. Its ``__init__.py`` holds the
 family's one ``plugrt_ops`` hook (every op of the family) and its ``PLUGRT_API``, and lists
