@@ -151,6 +151,36 @@ def test_transpose_moving_the_contiguous_axis_is_tiled(rng, registry, dtype, sha
     assert [t.name for t in node_tactics(graph, registry)] == ["narrow"] * narrow + ["tiled", "strided"]
 
 
+@pytest.mark.parametrize("dtype, shape, perm, unit", [
+    (np.float16, (2, 3, 2, 5, 2, 4), [0, 1, 3, 2, 4, 5], 8),  # space to depth over 4 channels: 16-byte runs
+    (np.float16, (2, 3, 2, 5, 2, 3), [0, 1, 3, 2, 4, 5], 4),  # over 3 channels: 12-byte runs
+    (np.float32, (2, 3, 4, 6), [0, 2, 1, 3], 8),              # attention's head split, heads of 6
+    (np.uint8, (3, 2, 12), [1, 0, 2], 4),
+])
+def test_transpose_moves_whole_contiguous_runs_in_wide_units(rng, registry, dtype, shape, perm, unit):
+    """A permutation keeping the contiguous axis last moves its runs 8 or 4 bytes at a time
+    (``strided_u8``/``strided_u4``, then the element-wise copy); both match the reference."""
+    check_node("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm})
+    graph = import_model(single_node_model("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm}))
+    assert [t.name for t in node_tactics(graph, registry)] == [f"strided_u{unit}", "strided"]
+
+
+def test_runs_no_unit_divides_and_a_misaligned_array_move_element_by_element(rng, registry):
+    graph = import_model(single_node_model("Transpose", {"x": _data(rng, (2, 3, 5), np.float16)}, {"perm": [1, 0, 2]}))
+    assert [t.name for t in node_tactics(graph, registry)] == ["strided"]  # runs of 10 bytes
+    x = _data(rng, (2, 3, 4), np.float16)
+    graph = import_model(single_node_model("Transpose", {"x": x}, {"perm": [1, 0, 2]}))
+    wide = node_tactics(graph, registry)[0]
+    room = cuda.to_device(np.concatenate([np.zeros(1, np.float16), x.ravel()]))
+    shifted = room[1:].reshape(x.shape)  # 2 bytes past an 8-byte boundary
+    out = cuda.device_array((3, 2, 4), np.float16)
+    launches = wide.launches([shifted], [out], None)
+    assert wide.name == "strided_u8" and launches[0].args[0].dtype == np.uint16
+    for launch in launches:
+        launch.kernel[launch.grid, launch.block](*launch.args)
+    np.testing.assert_array_equal(out.copy_to_host(), np.transpose(x, (1, 0, 2)))
+
+
 def test_transpose_identity_and_size_one_axes(rng):
     check_node("Transpose", {"x": _data(rng, (1, 5, 1, 3))}, {"perm": [2, 0, 1, 3]})
     check_node("Transpose", {"x": _data(rng, (0, 3))})

@@ -72,8 +72,9 @@ class Transpose(MoveOp):
         strides = c_strides(x.shape)[self._perm(node, x.rank)]
         narrow = transpose.narrow_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
         tiled = transpose.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
+        wide = transpose.wide_strided_tactic(outputs[0].shape, strides, x.dtype.itemsize, math.prod(x.shape))
         strided = copies.strided_tactic(outputs[0].shape, strides)
-        return [t for t in (narrow, tiled, strided) if t is not None]
+        return [t for t in (narrow, tiled, wide, strided) if t is not None]
 
 
 class Concat(MoveOp):

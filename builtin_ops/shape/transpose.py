@@ -2,7 +2,9 @@
 the output's last axis (NCHW <-> NHWC, attention's key transpose), where a strided copy
 would read or write with a stride: a batched 2-D transpose through shared memory, and for
 a narrow output last axis (an image's 3 colour channels going channels-last) one thread
-per output row. Other permutations use :func:`.copies.strided_tactic`.
+per output row. Other permutations use :func:`.copies.strided_tactic`, moving 8 or 4 bytes
+at a time where whole runs of contiguous elements allow it (:func:`wide_strided_tactic`:
+a space-to-depth's blocks, attention's head splits).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Sequence
 import numpy as np
 from numba import from_dtype, int64
 
-from plugrt.kernels import c_strides, cuda, grid_1d, jit, simulated
+from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, simulated
 from plugrt.plugin import Launch, Tactic
 
-from .copies import UINT, bits, coalesce, element_count, int64_table
+from .copies import UINT, bits, coalesce, element_count, int64_table, strided_kernel, strided_tactic
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,3 +124,45 @@ def narrow_transpose_tactic(out_shape: Sequence[int], strides: Sequence[int], it
         return [Launch(narrow_transpose_kernel, blocks, threads, args)]
 
     return Tactic("narrow", launches, {"width": width})
+
+
+#: The units a strided copy may move at once, widest first (bytes; unsigned ints).
+WIDE_UNITS = (8, 4)
+
+
+def wide_strided_tactic(out_shape: Sequence[int], strides: Sequence[int], itemsize: int,
+                        in_elements: int) -> Tactic | None:
+    """:func:`.copies.strided_tactic` over units of :data:`WIDE_UNITS` bytes where the
+    output's last axis reads a contiguous run whose bytes, and every other step's, the unit
+    divides (the input of ``in_elements`` too); ``None`` elsewhere. Fewer, wider elements:
+    the copy's index arithmetic, not its bytes, bounds it. An array not aligned to the unit
+    at launch takes the element-wise copy."""
+    sizes, steps = coalesce(out_shape, strides)
+    if not sizes or steps[-1] != 1 or len(sizes) < 2:
+        return None
+    unit = next((u for u in WIDE_UNITS if u > itemsize and u % itemsize == 0 and not (sizes[-1] * itemsize) % u
+                 and not any((s * itemsize) % u for s in steps[:-1]) and not (in_elements * itemsize) % u), None)
+    if unit is None:
+        return None
+    f = unit // itemsize
+    wide_sizes, wide_steps = sizes[:-1] + [sizes[-1] // f], [s // f for s in steps[:-1]] + [1]
+    n = element_count(wide_sizes)
+    plain = strided_tactic(out_shape, strides)
+
+    def launches(ins, outs, workspace):
+        out, x = flat(outs[0]), flat(ins[0])
+        if _address(out) % unit or _address(x) % unit:
+            return plain.launches(ins, outs, workspace)
+        blocks, threads = grid_1d(n)
+        args = (out.view(UINT[unit]), x.view(UINT[unit]), np.int64(n), np.int64(len(wide_sizes)),
+                int64_table(wide_sizes), int64_table(wide_steps), np.int64(0))
+        return [Launch(strided_kernel, blocks, threads, args)]
+
+    return Tactic(f"strided_u{unit}", launches, {"rank": len(wide_sizes), "unit": unit})
+
+
+def _address(array) -> int:
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:  # the simulator's arrays
+        interface = np.asarray(array).__array_interface__
+    return int(interface["data"][0] or 0)
