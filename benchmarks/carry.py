@@ -6,8 +6,10 @@ part is present and whole (sha256) and unpacks them into DEST, else says what is
 and exits 1. Two uses (``gpu_run.sh``):
 
 - wheels too large for one call (Ray Serve, nvidia-pytriton and their dependencies): call k
-  carries ``.carryk`` (folders carried earlier stay on the warm machine: ignored paths not
-  named again are kept); the call that completes the set installs them;
+  carries ``.carryk``; each part that arrives whole is kept in a stash outside the work tree
+  (``~/.cache/plugrt-carry``, or ``$PLUGRT_CARRY_STASH``: a part carried by an earlier call
+  was gone from the tree of the next one on the same warm machine), and the call that
+  completes the set installs them;
 - the benchmarks' kernel cache, handed back as ``$OUT/kcache1..`` and carried into the next
   call as ``.kcache1..``, so its builds compile nothing they compiled before.
 
@@ -54,11 +56,29 @@ def join(parts: str, dest: str, optional: str = "") -> int:
         print(f"carry: no {parts}*/manifest.json here")
         return 0 if optional else 1
     manifest = json.load(open(manifests[0]))
+    # Parts carried by earlier calls to the same machine wait in a stash outside the work
+    # tree (a call's copy of the tree keeps no part it did not carry itself).
+    stash = os.path.join(os.environ.get("PLUGRT_CARRY_STASH", os.path.expanduser("~/.cache/plugrt-carry")),
+                         os.path.basename(parts.rstrip("/")) or "parts")
+    wanted = manifest["sha256"]
+    for index in range(1, manifest["parts"] + 1):  # first keep every whole part carried here
+        path, kept = os.path.join(f"{parts}{index}", f"part-{index:02d}"), os.path.join(stash, wanted[index - 1])
+        if os.path.exists(path) and not os.path.exists(kept):
+            chunk = open(path, "rb").read()
+            if hashlib.sha256(chunk).hexdigest() == wanted[index - 1]:
+                try:
+                    os.makedirs(stash, exist_ok=True)
+                    with open(kept + ".tmp", "wb") as out:
+                        out.write(chunk)
+                    os.replace(kept + ".tmp", kept)
+                except OSError:
+                    pass
     chunks = []
     for index in range(1, manifest["parts"] + 1):
-        path = os.path.join(f"{parts}{index}", f"part-{index:02d}")
-        chunk = open(path, "rb").read() if os.path.exists(path) else None
-        if chunk is None or hashlib.sha256(chunk).hexdigest() != manifest["sha256"][index - 1]:
+        path, kept = os.path.join(f"{parts}{index}", f"part-{index:02d}"), os.path.join(stash, wanted[index - 1])
+        found = path if os.path.exists(path) else kept if os.path.exists(kept) else None
+        chunk = open(found, "rb").read() if found else None
+        if chunk is None or hashlib.sha256(chunk).hexdigest() != wanted[index - 1]:
             print(f"carry: part {index} of {manifest['parts']} is {'missing' if chunk is None else 'damaged'} "
                   f"({path}); carry {parts}{index} in a call")
             return 1

@@ -5,20 +5,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu-results}"; mkdir -p "$OUT"
+# Installed packages live outside the work tree, so that a later call to the same warm machine
+# finds them without carrying them again (its copy of the tree keeps no carried folder).
+SITE="${PLUGRT_GPU_SITE:-$HOME/.cache/plugrt-site}"
+mkdir -p "$SITE" 2>/dev/null || SITE="$PWD/.site"
 if [ -d .whl ]; then  # numba-cuda needs numpy < 2.5; carried as a wheel
-  python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl && export PYTHONPATH=$PWD/.site
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .whl/*.whl
 fi
+[ -n "$(ls -A "$SITE" 2>/dev/null)" ] && export PYTHONPATH="$SITE"
 if ls -d .carry[0-9]* >/dev/null 2>&1; then  # wheels too large for one call (Ray, pytriton): benchmarks/carry.py
   # A call that carries a part before the last runs the rest of the script without them.
   # Wheels are installed; a .tar.xz is a site folder installed here beforehand (smaller: xz,
   # and what serving does not need left out), unpacked as it is.
-  if python3 benchmarks/carry.py join .carry .carried; then
-    mkdir -p .site && export PYTHONPATH=$PWD/.site
-    [ -e .site/.unpacked ] || for t in .carried/*.tar.xz; do [ -e "$t" ] && tar -xJf "$t" -C .site; done
-    touch .site/.unpacked
-    if ls .carried/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .carried/*.whl
+  if [ -e "$SITE/.unpacked" ] || python3 benchmarks/carry.py join .carry .carried; then
+    export PYTHONPATH="$SITE"
+    [ -e "$SITE/.unpacked" ] || for t in .carried/*.tar.xz; do [ -e "$t" ] && tar -xJf "$t" -C "$SITE"; done
+    if ls .carried/*.whl >/dev/null 2>&1 && [ ! -e "$SITE/.unpacked" ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .carried/*.whl
     fi
+    touch "$SITE/.unpacked"
   fi
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . $(printf -- "-e %s " contrib_plugins/*/) \
