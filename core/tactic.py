@@ -3,12 +3,15 @@
 An op plugin's ``tactics(node, inputs, outputs)`` returns :class:`Tactic` objects, best
 first, for one node at **concrete** shapes (every dim an int; inputs whose values are known
 at build time, such as weights and shape tensors, carry them in ``TensorInfo.value``).
+``inputs`` keeps every input's position (``None`` for an omitted optional one); ``outputs``
+lists the present outputs only, in order (an omitted optional output, named ``""`` in the
+node, is left out: map positions through ``node.outputs``).
 
 A tactic is a name, JSON-safe parameters, a workspace size and a ``launches`` function.
 The engine calls ``launches(inputs, outputs, workspace)`` once per input-shape
 specialization, with device arrays (C-contiguous, of the concrete shapes; ``None`` for an
-omitted optional input; ``workspace`` a uint8 device array of ``workspace_bytes`` or
-``None``) and keeps the returned :class:`Launch` list, which it replays on every
+omitted optional input or output, each in its position; ``workspace`` a uint8 device array
+of ``workspace_bytes`` or ``None``) and keeps the returned :class:`Launch` list, which it replays on every
 ``execute``. So a launch list must depend on shapes and known values only, never on the
 contents of the input tensors; any auxiliary device arrays it needs (index tables, packed
 shapes) are made in ``launches`` and stay alive as arguments of the launches.

@@ -57,7 +57,7 @@ def node_tactics(graph: Graph, registry, node: Node | None = None) -> list:
     plugins contribute (see :meth:`plugrt.registry.Registry.tactics`)."""
     node = node or graph.nodes[0]
     ins = [graph.info(n) if n else None for n in node.inputs]
-    outs = [graph.info(n) for n in node.outputs]
+    outs = [graph.info(n) for n in node.outputs if n]  # (the present ones, as the builder gives them)
     return registry.tactics(registry.op(node), node, ins, outs)
 
 
