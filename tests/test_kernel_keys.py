@@ -208,3 +208,31 @@ def test_remembered_keys_hold_no_model_alive():
     del engine, node, concrete, tactic
     gc.collect()
     assert alive() is None
+
+
+def test_a_kernel_launched_again_has_one_key_whatever_the_count():
+    """Launch keys rank a tactic's distinct kernels in order of appearance: a list without
+    repeats keeps its indices; a repeated kernel (a recurrence's step, once a time step)
+    and the kernels after a run of it keep their keys however long the run."""
+    from plugrt.kernels import jit
+    from plugrt.plugin import Launch
+
+    @jit
+    def first(x):
+        pass
+
+    @jit
+    def step(x):
+        pass
+
+    @jit
+    def last(x):
+        pass
+
+    def keys(steps):
+        launches = [Launch(first, 1, 1, ())] + [Launch(step, 1, 1, ())] * steps + [Launch(last, 1, 1, ())]
+        return kernel_keys.launch_keys("k", launches)
+
+    assert keys(1) == ["k/0", "k/1", "k/2"]
+    assert keys(4) == ["k/0"] + ["k/1"] * 4 + ["k/2"]
+    assert kernel_keys.launch_keys(None, [Launch(first, 1, 1, ())]) == [None]

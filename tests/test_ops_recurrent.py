@@ -235,13 +235,20 @@ def test_shapes_are_inferred_with_symbolic_dims():
     assert graph.info("y").shape == ("batch", "seq", 2, HIDDEN) and graph.info("h").shape == ("batch", 2, HIDDEN)
 
 
-def test_dynamic_sequence_length_and_batch_in_one_engine(rng):
-    """One engine over a profile of lengths and batches: each shape gets its own launch list."""
+def test_dynamic_sequence_length_and_batch_in_one_engine(rng, caplog):
+    """One engine over a profile of lengths and batches: each shape gets its own launch list,
+    of the same kernels (one launch a time step, however many steps: the stepwise tactic
+    is the layer's generic one, no kernel compiled for a new length)."""
     model = _symbolic_gru(0)
     config = BuilderConfig()
     config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 1, SIZE), (2, 2, SIZE),
                                                                    (SEQ, BATCH, SIZE)))
-    context = Builder(_registry()).build_engine(model, config).create_execution_context()
+    with caplog.at_level("WARNING", logger="plugrt.builder"):
+        engine = Builder(_registry()).build_engine(model, config)
+    assert not [r for r in caplog.records if "same kernels at every shape" in r.getMessage()], caplog.text
+    layer = next(layer for layer in engine.layers if layer.tactic_for(0)["name"] == "stepwise")
+    assert layer.generic_for(0)["name"] == "stepwise"
+    context = engine.create_execution_context()
     for shape in ((SEQ, BATCH, SIZE), (1, 2, SIZE), (3, 1, SIZE)):
         x = rng.standard_normal(shape).astype(np.float32)
         got = context.execute({"x": x})

@@ -28,7 +28,7 @@ from plugrt import binaries
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.tactic import allowed
-from plugrt.tuning.kernel_keys import layer_key
+from plugrt.tuning.kernel_keys import launch_keys, layer_key
 
 log = logging.getLogger("plugrt.builder")
 
@@ -169,9 +169,10 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def signature(registry, node, graph, tactic, weights: dict | None = None) -> tuple:
-    """What ``tactic``'s launches for ``node`` at ``graph``'s shapes compile: each launch's
-    key and kernel identity (the engine's ``weights`` on the device, and arrays of the
-    right shapes for the other tensors, stand in)."""
+    """What ``tactic``'s launches for ``node`` at ``graph``'s shapes compile: the distinct
+    launch keys and kernel identities, sorted (how many times a kernel is launched is no
+    part of it: a recurrence's step kernel once a time step); the engine's ``weights`` on
+    the device, and arrays of the right shapes for the other tensors, stand in."""
     from numba import cuda
 
     weights = weights or {}
@@ -182,8 +183,8 @@ def signature(registry, node, graph, tactic, weights: dict | None = None) -> tup
         outs.append(cuda.device_array(sum(len(bound) for bound in graph.data_dependent[node.name]), np.int64))
     workspace = _buffer(int(tactic.workspace_bytes)) if tactic.workspace_bytes else None
     key = layer_key(registry, node, graph, tactic)
-    return tuple(launch_key(None if key is None else f"{key}/{i}", launch.kernel)
-                 for i, launch in enumerate(tactic.launches(ins, outs, workspace)))
+    launches = tactic.launches(ins, outs, workspace)
+    return tuple(sorted({launch_key(k, launch.kernel) for k, launch in zip(launch_keys(key, launches), launches)}))
 
 
 def launch_key(key: str | None, kernel) -> str:

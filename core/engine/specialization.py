@@ -33,7 +33,7 @@ from plugrt.engine.shared_shapes import shape_key, shared_shape
 from plugrt.errors import PlugrtError
 from plugrt.ir.specialize import concretize, is_host_node
 from plugrt.launcher import PreparedLaunch, stream_handle
-from plugrt.tuning.kernel_keys import layer_key
+from plugrt.tuning.kernel_keys import launch_keys, layer_key
 
 #: A caller's buffer is bound in place only at this alignment (what cudaMalloc gives, and
 #: what the context's own buffers have; tactics may have chosen vector widths for it).
@@ -110,8 +110,8 @@ class Specialization:
                 outs.append(self.reported)
             try:
                 key = layer_key(engine.registry, node, graph, tactic)
-                launches = [PreparedLaunch(launch, None if key is None else f"{key}/{index}")
-                            for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
+                made = tactic.launches(ins, outs, workspace)
+                launches = [PreparedLaunch(launch, k) for launch, k in zip(made, launch_keys(key, made))]
             except PlugrtError:
                 raise
             except Exception as exc:

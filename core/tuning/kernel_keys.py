@@ -17,9 +17,11 @@ depend on:
   larger weights by dtype only);
 - the tactic: name, parameters, math and who contributed it.
 
-A launch's key is the layer key plus the launch's index
-(:class:`plugrt.launcher.PreparedLaunch`), and the kernel store adds the argument types,
-the architecture and the kernel itself (:func:`plugrt.binaries.full_key`). Fingerprints
+A launch's key is the layer key plus its kernel's rank among the tactic's distinct kernels
+(:func:`launch_keys`: the launch's index where no kernel repeats; a recurrence launching
+its step kernel once a time step compiles it once, however many steps a shape has); the
+kernel store adds the argument types, the architecture and the kernel itself
+(:func:`plugrt.binaries.full_key`). Fingerprints
 are computed once per process; keys are the same in every process.
 """
 
@@ -202,3 +204,18 @@ def package_fingerprint(package: str) -> str | None:
         digest.update(f"{relative}\0{len(data)}\0".encode("utf-8"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def launch_keys(key: str | None, launches) -> list:
+    """Each launch's key in one tactic's launch list (:class:`plugrt.launcher.PreparedLaunch`):
+    ``KEY/i`` with ``i`` the kernel's rank among the distinct kernels of the list, in the
+    order they first appear (:func:`plugrt.binaries.kernel_identity`): a list that launches
+    no kernel twice keeps ``KEY/index``, and a kernel launched again, or after a run whose
+    length a shape decides, has the same key at every shape. ``None`` each without a
+    layer key."""
+    from plugrt import binaries
+
+    if key is None:
+        return [None] * len(launches)
+    ranks: dict[str, int] = {}
+    return [f"{key}/{ranks.setdefault(binaries.kernel_identity(launch.kernel), len(ranks))}" for launch in launches]

@@ -105,13 +105,14 @@ class LayerBench:
         Exceptions from the tactic (preparing or running) propagate to the caller.
         """
         from plugrt.launcher import PreparedLaunch
-        from plugrt.tuning.kernel_keys import layer_key
+        from plugrt.tuning.kernel_keys import launch_keys, layer_key
 
         workspace = self.workspace[:tactic.workspace_bytes] if tactic.workspace_bytes else None
         key = layer_key(self.registry, self.node, self.graph, tactic) if self.registry is not None else None
-        launches = [[PreparedLaunch(launch, None if key is None else f"{key}/{index}")
-                     for index, launch in enumerate(tactic.launches(ins, outs, workspace))]
-                    for ins, outs in zip(self.inputs, self.outputs)]
+        launches = []
+        for ins, outs in zip(self.inputs, self.outputs):
+            made = tactic.launches(ins, outs, workspace)
+            launches.append([PreparedLaunch(launch, k) for launch, k in zip(made, launch_keys(key, made))])
         shapes = {name: _shape(self.graph.info(name)) for name in list(self.node.inputs) + list(self.node.outputs)
                   if name}
         run = TacticRun(tactic, self.node, launches, self.stream, shapes)
