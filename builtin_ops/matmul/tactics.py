@@ -3,7 +3,8 @@
 :func:`product_tactics` ranks the tiled tactics (:mod:`.tiled`; those that fill the GPU
 first) and places the direct one (first for matrix-vector products, else last); float
 products also get the float32 GEMM tactics of :func:`gemm_tactics`, ahead of those on a
-GPU (their ragged twins after the tiled ones). :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
+GPU (their ragged twins after the tiled ones where N or K is short too:
+:data:`TWIN_MIN_K`). :func:`gemm_tactics` orders the GEMM kernels for big products: TF32 tensor cores
 first (Hopper's ``wgmma``, :mod:`.wgmma`, then ``mma.sync``, :mod:`.tf32`), then the SIMT
 SGEMM (:mod:`.simt`). MatMulInteger's 8-bit products get Hopper's INT8 ``wgmma``
 (:mod:`.wgmma_int8`) after the first tiled tactic, the plain one the tuner verifies
@@ -19,7 +20,7 @@ from plugrt.kernels import Epilogue, flat, grid_1d, simulated, to_device
 from plugrt.plugin import Launch, Tactic
 
 from . import gemv
-from .plan import M_, N_, NB, USE_C, scaling_type
+from .plan import K_, M_, N_, NB, USE_C, scaling_type
 from .simt import RAGGED, simt_tactics
 from .tf32 import tf32_tactics
 from .tiled import direct_kernel, tiled_kernel
@@ -43,6 +44,10 @@ MAX_TILE_BLOCKS = 1 << 20
 FAST_PREFIXES = ("wgmma_", "tf32_", "simt")
 #: Block count under which a GPU is not filled (132 SMs on an H200).
 FILL_BLOCKS = 132
+#: Where N and K are at least these, a product short only in M keeps the tensor-core tiles'
+#: ragged and split-K twins ahead of the tiled kernels (a classifier's Gemm at batch 32, a
+#: decoder's step); smaller ones lead with the tiled kernels (a 3x5 product on a 128x256 tile).
+TWIN_MIN_N, TWIN_MIN_K = 64, 256
 
 
 def _present(ins, index):
@@ -119,10 +124,12 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         lead = 0
     cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
     if not simulated():
-        # The tensor-core tiles that suit the product first; their ragged twins (offered at
-        # every size for a dynamic profile's other shapes) after the tiled ones, so that a
-        # product too small for any tile leads with the tiled or matrix-vector kernels: the
-        # heuristic choice (level 0) and the ones a level times.
+        if n >= TWIN_MIN_N and int(meta[K_]) >= TWIN_MIN_K and m > 1 and not tactics[0].name.startswith("gemv"):
+            return tactics[:lead] + fast + tactics[lead:]
+        # A matrix-vector product, or one short in N or K as well as M: the matrix-vector or
+        # tiled kernels lead, the tensor-core tiles' ragged twins (offered at every size for
+        # a dynamic profile's other shapes) after them: the heuristic choice (level 0) and
+        # the ones a level times.
         ragged = [t for t in fast if t.name.endswith(RAGGED)]
         regular = [t for t in fast if not t.name.endswith(RAGGED)]
         return tactics[:lead] + regular + tactics[lead:cut] + ragged + tactics[cut:]
