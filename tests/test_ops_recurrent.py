@@ -288,3 +288,49 @@ def test_layout_before_opset_14_is_refused(rng):
     feeds = _feeds(rng, "GRU", layout=1)
     with pytest.raises(UnsupportedError, match=r"node 'gru0'.*layout=1 at opset 7.*opset 14"):
         import_model(_model("GRU", feeds, {"layout": 1}, opset=7))
+
+
+def test_recurrent_kernels_compile_for_the_gpu():
+    """The simulator does not type kernels: compile every recurrent kernel for sm_90, in
+    float32 and float16 data (float32 arithmetic), with and without every optional input
+    and Y, each cell and both directions' orders; float32 data leaves no float64 in them."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.recurrent import cell_steps as C, projection as P
+        from plugrt_builtin_ops.recurrent.recurrence import describe
+        attrs = {"activations": None, "activation_alpha": None, "activation_beta": None, "clip": None, "layout": 0}
+        cases = [("RNN", {}), ("LSTM", {}), ("LSTM", {"input_forget": 1, "clip": 2.0}), ("GRU", {}),
+                 ("GRU", {"linear_before_reset": 1})]
+        for dt in (np.float32, np.float16):
+            A, S = arr(np.float32), arr(dt)
+            lens = arr(np.int32)
+            check(f"copy_state {dt}", P.copy_state, [S, I64, I64, I64, A, I64, I64, I64, I64, I64, I64])
+            check(f"copy_state back {dt}", P.copy_state, [A, I64, I64, I64, S, I64, I64, I64, I64, I64, I64])
+            for bias in (False, True):
+                check(f"projection {dt} {bias}", P.projection_kernel("float32", bias),
+                      [S, S, S, A, I64, I64, I64, I64, I64, I64, I64], dt == np.float32)
+            for cell, extra in cases:
+                for direction in ("reverse", "bidirectional"):
+                    rec = describe(cell, {**attrs, "direction": direction, **extra}, 4)
+                    for bias, has_lens, has_y in ((False, False, False), (True, True, True)):
+                        y_tail = [S, I64, I64, I64, I64, I64, I64, I64]
+                        label = f"{cell} {extra} {direction} {dt} {bias} {has_lens} {has_y}"
+                        if cell == "RNN":
+                            check(label, C.rnn_step_kernel(rec, "float32", bias, has_lens, has_y),
+                                  [A, S, S, lens, A, I64, I64] + y_tail, dt == np.float32)
+                        elif cell == "LSTM":
+                            for peep in (False, True):
+                                check(label + f" {peep}", C.lstm_step_kernel(rec, "float32", bias, has_lens, peep, has_y),
+                                      [A, S, S, S, lens, A, A, I64, I64] + y_tail, dt == np.float32)
+                        elif rec.linear_before_reset:
+                            check(label, C.gru_linear_before_reset_kernel(rec, "float32", bias, has_lens, has_y),
+                                  [A, S, S, lens, A, I64, I64] + y_tail, dt == np.float32)
+                        else:
+                            check(label + " gates", C.gru_gates_kernel(rec, "float32", bias, has_lens),
+                                  [A, S, S, lens, A, I64, A, I64, I64, I64, I64], dt == np.float32)
+                            check(label + " candidate", C.gru_candidate_kernel(rec, "float32", bias, has_lens, has_y),
+                                  [A, S, S, lens, A, I64, I64, A] + y_tail, dt == np.float32)
+        check("zero_state", P.zero_state, [arr(np.float32), I64])
+    """)
+    assert not failures, "\\n".join(failures)
