@@ -112,6 +112,34 @@ def test_on_a_gpu_a_loaded_plan_compiles_no_kernel_for_any_shape_of_its_profile(
     assert binaries.stats()["compiled"] == 0, binaries.stats()
 
 
+@pytest.mark.parametrize("in_dims, perm", [(["batch", 3, 4], [1, 0, 2]), ([3, 2, "batch", 4], [0, 2, 1, 3])])
+def test_a_transpose_moving_the_batch_axis_has_a_generic_tactic(in_dims, perm, rng, caplog):
+    """A Transpose moving a dynamic batch axis inward (a sequence-first RNN's glue: [B, T, C]
+    to [T, B, C]; its [T, 2, B, H] output to [T, B, 2, H]) coalesces to a lower rank, or to a
+    plain copy, at batch 1: the strided copy of any rank serves every batch of the profile,
+    so no shape compiles a kernel at run time, and each batch matches onnxruntime."""
+    from onnx import TensorProto, helper
+
+    out_dims = [in_dims[p] for p in perm]
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=perm, name="swap_batch")], "t",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    shape = lambda batch: [batch if d == "batch" else d for d in in_dims]  # noqa: E731
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", shape(1), shape(2), shape(3)))
+    with caplog.at_level("WARNING", logger="plugrt.builder"):
+        engine = Builder().build_engine(model, config)
+    assert "no tactic that runs the same kernels" not in caplog.text
+    (layer,) = engine.layers
+    assert layer.generic_for(0)["name"] == "strided_any_rank", layer.generic_for(0)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with engine.create_execution_context() as context:
+        for batch in (1, 3):
+            x = rng.standard_normal(shape(batch)).astype(np.float32)
+            np.testing.assert_allclose(context.execute({"x": x})["y"], session.run(None, {"x": x})[0], 1e-4, 1e-5)
+
+
 @pytest.mark.skipif(simulated(), reason="the simulator's arena views are NumPy slices")
 def test_an_arena_view_is_the_slice_viewed_and_reshaped_on_a_gpu(rng):
     """A new shape's tensors are views of the arena made in one step

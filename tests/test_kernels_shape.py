@@ -142,13 +142,14 @@ def test_transpose(rng, dtype, perm):
 ])
 def test_transpose_moving_the_contiguous_axis_is_tiled(rng, registry, dtype, shape, perm):
     """Every tactic against the reference; the output's last axis narrow (at most 16,
-    e.g. an image's channels going last) puts the one-thread-per-row kernel first."""
+    e.g. an image's channels going last) puts the one-thread-per-row kernel first; the
+    strided copy of any rank (a profile's generic tactic) comes last."""
     from plugrt.testing import node_tactics
 
     check_node("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm})
     graph = import_model(single_node_model("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm}))
     narrow = graph.info(graph.outputs[0]).shape[-1] <= 16
-    assert [t.name for t in node_tactics(graph, registry)] == ["narrow"] * narrow + ["tiled", "strided"]
+    assert [t.name for t in node_tactics(graph, registry)] == ["narrow"] * narrow + ["tiled", "strided", "strided_any_rank"]
 
 
 @pytest.mark.parametrize("dtype, shape, perm, unit", [
@@ -162,12 +163,12 @@ def test_transpose_moves_whole_contiguous_runs_in_wide_units(rng, registry, dtyp
     (``strided_u8``/``strided_u4``, then the element-wise copy); both match the reference."""
     check_node("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm})
     graph = import_model(single_node_model("Transpose", {"x": _data(rng, shape, dtype)}, {"perm": perm}))
-    assert [t.name for t in node_tactics(graph, registry)] == [f"strided_u{unit}", "strided"]
+    assert [t.name for t in node_tactics(graph, registry)] == [f"strided_u{unit}", "strided", "strided_any_rank"]
 
 
 def test_runs_no_unit_divides_and_a_misaligned_array_move_element_by_element(rng, registry):
     graph = import_model(single_node_model("Transpose", {"x": _data(rng, (2, 3, 5), np.float16)}, {"perm": [1, 0, 2]}))
-    assert [t.name for t in node_tactics(graph, registry)] == ["strided"]  # runs of 10 bytes
+    assert [t.name for t in node_tactics(graph, registry)] == ["strided", "strided_any_rank"]  # runs of 10 bytes
     x = _data(rng, (2, 3, 4), np.float16)
     graph = import_model(single_node_model("Transpose", {"x": x}, {"perm": [1, 0, 2]}))
     wide = node_tactics(graph, registry)[0]

@@ -74,7 +74,8 @@ class Transpose(MoveOp):
         tiled = transpose.tiled_transpose_tactic(outputs[0].shape, strides, x.dtype.itemsize)
         wide = transpose.wide_strided_tactic(outputs[0].shape, strides, x.dtype.itemsize, math.prod(x.shape))
         strided = copies.strided_tactic(outputs[0].shape, strides)
-        return [t for t in (narrow, tiled, wide, strided) if t is not None]
+        any_rank = copies.generic_strided_tactic(outputs[0].shape, strides)
+        return [t for t in (narrow, tiled, wide, strided, any_rank) if t is not None]
 
 
 class Concat(MoveOp):

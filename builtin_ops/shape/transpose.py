@@ -4,7 +4,9 @@ would read or write with a stride: a batched 2-D transpose through shared memory
 a narrow output last axis (an image's 3 colour channels going channels-last) one thread
 per output row. Other permutations use :func:`.copies.strided_tactic`, moving 8 or 4 bytes
 at a time where whole runs of contiguous elements allow it (:func:`wide_strided_tactic`:
-a space-to-depth's blocks, attention's head splits).
+a space-to-depth's blocks, attention's head splits). Every permutation also offers
+:func:`.copies.generic_strided_tactic`, one kernel at every shape of a profile (a batch axis
+of 1 coalesces away), for the shapes other than the opt one.
 """
 
 from __future__ import annotations
