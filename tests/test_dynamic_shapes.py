@@ -140,6 +140,36 @@ def test_a_transpose_moving_the_batch_axis_has_a_generic_tactic(in_dims, perm, r
             np.testing.assert_allclose(context.execute({"x": x})["y"], session.run(None, {"x": x})[0], 1e-4, 1e-5)
 
 
+@pytest.mark.parametrize("op", ["Slice", "Expand"])
+def test_a_slice_or_expand_over_a_dynamic_batch_has_a_generic_tactic(op, rng, caplog):
+    """ViT's class-token drop (``x[:, 1:]``) and an Expand of [B, 1, C] over tokens coalesce
+    to another rank, or a plain copy, at batch 1: the strided copy of any rank serves the
+    profile's every batch, and each matches onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    ints = lambda name, v: numpy_helper.from_array(np.asarray(v, np.int64), name)  # noqa: E731
+    if op == "Slice":
+        node = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="drop_cls")
+        inits, in_dims, out_dims = [ints("starts", [1]), ints("ends", [4]), ints("axes", [1])], [4, 3], [3, 3]
+    else:
+        node = helper.make_node("Expand", ["x", "target"], ["y"], name="over_tokens")
+        inits, in_dims, out_dims = [ints("target", [1, 4, 3])], [1, 3], [4, 3]
+    graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *in_dims])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", *out_dims])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, *in_dims), (2, *in_dims), (3, *in_dims)))
+    with caplog.at_level("WARNING", logger="plugrt.builder"):
+        engine = Builder().build_engine(model, config)
+    assert "no tactic that runs the same kernels" not in caplog.text
+    assert engine.layers[0].generic_for(0)["name"] == "strided_any_rank", engine.layers[0].generic_for(0)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with engine.create_execution_context() as context:
+        for batch in (1, 3):
+            x = rng.standard_normal((batch, *in_dims)).astype(np.float32)
+            np.testing.assert_allclose(context.execute({"x": x})["y"], session.run(None, {"x": x})[0], 1e-4, 1e-5)
+
+
 @pytest.mark.skipif(simulated(), reason="the simulator's arena views are NumPy slices")
 def test_an_arena_view_is_the_slice_viewed_and_reshaped_on_a_gpu(rng):
     """A new shape's tensors are views of the arena made in one step

@@ -286,11 +286,12 @@ def strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int =
     return Tactic("strided", launches, {"rank": len(sizes)})
 
 
-def generic_strided_tactic(out_shape: Sequence[int], strides: Sequence[int]) -> Tactic:
+def generic_strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int = 0) -> Tactic:
     """:func:`strided_tactic` as one kernel at every shape: no copy where the coalesced
     view is contiguous and no rank in its identity (the kernel takes it as an argument),
     so a layer whose size-1 axes come and go over its profile (a Transpose moving the batch
-    axis, at batch 1 and 3) has a generic tactic (:mod:`plugrt.engine.generic`)."""
+    axis, a Slice of the tokens, at batch 1 and 3) has a generic tactic
+    (:mod:`plugrt.engine.generic`)."""
     sizes, steps = coalesce(out_shape, strides)
     n = element_count(out_shape)
 
@@ -299,7 +300,7 @@ def generic_strided_tactic(out_shape: Sequence[int], strides: Sequence[int]) -> 
             return []
         blocks, threads = grid_1d(n)
         args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(sizes)), int64_table(sizes), int64_table(steps),
-                np.int64(0))
+                np.int64(base))
         return [Launch(strided_kernel, blocks, threads, args)]
 
     return Tactic("strided_any_rank", launches)

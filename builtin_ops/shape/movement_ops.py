@@ -308,7 +308,8 @@ class Slice(MoveOp):
                 start, _, step = onnx_slice(*per_axis[a], d).indices(d)
             base += start * int(strides[a])
             steps.append(step * int(strides[a]))
-        return [copies.strided_tactic(outputs[0].shape, steps, base)]
+        return [copies.strided_tactic(outputs[0].shape, steps, base),
+                copies.generic_strided_tactic(outputs[0].shape, steps, base)]
 
 
 # ---------------------------------------------------------------------------------- selection
@@ -409,7 +410,8 @@ class Expand(MoveOp):
     @concrete_shapes
     def tactics(self, node, inputs, outputs):
         out_shape = outputs[0].shape
-        return [copies.strided_tactic(out_shape, broadcast_strides(inputs[0].shape, out_shape))]
+        strides = broadcast_strides(inputs[0].shape, out_shape)
+        return [copies.strided_tactic(out_shape, strides), copies.generic_strided_tactic(out_shape, strides)]
 
 
 class Tile(MoveOp):
