@@ -106,7 +106,8 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
     tactics = [t for _, t in sorted(ranked, key=lambda pair: pair[0])]
     direct = make("direct", {}, direct_kernel(*key, epilogue.fn), lambda: grid_1d(total))
     tactics.insert(0 if (m == 1 or n == 1) else len(tactics), direct)
-    if not zero_points and gemv.suits(meta):  # matrix-vector: a block shares each output's K loop
+    vector = not zero_points and gemv.suits(meta)
+    if vector:  # matrix-vector: a block shares each output's K loop
         cap = SIM_BLOCKS if simulated() else MAX_TILE_BLOCKS
         tactics[:0] = [make(f"gemv_{kind}", {"kind": kind}, gemv.gemv_kernel(*key[:3], kind == "columns", epilogue.fn),
                             lambda c=(kind == "columns"): (gemv.gemv_grid(meta, c, cap), gemv.THREADS))
@@ -124,7 +125,7 @@ def product_tactics(a_dtype, b_dtype, out_dtype, meta: np.ndarray, offs: np.ndar
         lead = 0
     cut = len(tactics) - 1 if tactics[-1] is direct else len(tactics)
     if not simulated():
-        if n >= TWIN_MIN_N and int(meta[K_]) >= TWIN_MIN_K and m > 1 and not tactics[0].name.startswith("gemv"):
+        if n >= TWIN_MIN_N and int(meta[K_]) >= TWIN_MIN_K and m > 1 and not vector:
             return tactics[:lead] + fast + tactics[lead:]
         # A matrix-vector product, or one short in N or K as well as M: the matrix-vector or
         # tiled kernels lead, the tensor-core tiles' ragged twins (offered at every size for

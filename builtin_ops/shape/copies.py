@@ -267,6 +267,17 @@ def dropout_tactic(x_dtype, training_info, ratio_info) -> Tactic:
     return Tactic("copy", launches)
 
 
+def strided_launch(out, x, sizes: Sequence[int], steps: Sequence[int], base: int = 0) -> list[Launch]:
+    """:func:`strided_kernel` over flat ``out`` and ``x`` (their elements: any unsigned
+    width), for the coalesced layout ``sizes``/``steps``; nothing for an empty output."""
+    n = element_count(sizes)
+    if n == 0:
+        return []
+    blocks, threads = grid_1d(n)
+    return [Launch(strided_kernel, blocks, threads, (out, x, np.int64(n), np.int64(len(sizes)), int64_table(sizes),
+                                                     int64_table(steps), np.int64(base)))]
+
+
 def strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int = 0) -> Tactic:
     """``out[c] = x_flat[base + c . strides]``: Transpose (permuted strides), Slice (scaled
     strides and a start offset), Expand (zero strides on broadcast axes)."""
@@ -274,14 +285,9 @@ def strided_tactic(out_shape: Sequence[int], strides: Sequence[int], base: int =
     n = element_count(out_shape)
 
     def launches(ins, outs, workspace):
-        if n == 0:
-            return []
-        if sizes == [n] and steps == [1]:
+        if n and sizes == [n] and steps == [1]:
             return copy_launch(bits(outs[0]), bits(ins[0])[base:base + n], n)
-        blocks, threads = grid_1d(n)
-        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(sizes)), int64_table(sizes), int64_table(steps),
-                np.int64(base))
-        return [Launch(strided_kernel, blocks, threads, args)]
+        return strided_launch(bits(outs[0]), bits(ins[0]), sizes, steps, base)
 
     return Tactic("strided", launches, {"rank": len(sizes)})
 
@@ -292,16 +298,10 @@ def generic_strided_tactic(out_shape: Sequence[int], strides: Sequence[int], bas
     so a layer whose size-1 axes come and go over its profile (a Transpose moving the batch
     axis, a Slice of the tokens, at batch 1 and 3) has a generic tactic
     (:mod:`plugrt.engine.generic`)."""
-    sizes, steps = coalesce(out_shape, strides)
-    n = element_count(out_shape)
+    sizes, steps = coalesce(out_shape, strides)  # (a size-0 axis stays: no launch then)
 
     def launches(ins, outs, workspace):
-        if n == 0:
-            return []
-        blocks, threads = grid_1d(n)
-        args = (bits(outs[0]), bits(ins[0]), np.int64(n), np.int64(len(sizes)), int64_table(sizes), int64_table(steps),
-                np.int64(base))
-        return [Launch(strided_kernel, blocks, threads, args)]
+        return strided_launch(bits(outs[0]), bits(ins[0]), sizes, steps, base)
 
     return Tactic("strided_any_rank", launches)
 

@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 from numba import from_dtype, int64
 
-from plugrt.kernels import c_strides, cuda, flat, grid_1d, jit, simulated
+from plugrt.kernels import aligned, c_strides, cuda, flat, grid_1d, jit, simulated
 from plugrt.plugin import Launch, Tactic
 
-from .copies import UINT, bits, coalesce, element_count, int64_table, strided_kernel, strided_tactic
+from .copies import UINT, bits, coalesce, element_count, int64_table, strided_launch, strided_tactic
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,23 +148,12 @@ def wide_strided_tactic(out_shape: Sequence[int], strides: Sequence[int], itemsi
         return None
     f = unit // itemsize
     wide_sizes, wide_steps = sizes[:-1] + [sizes[-1] // f], [s // f for s in steps[:-1]] + [1]
-    n = element_count(wide_sizes)
     plain = strided_tactic(out_shape, strides)
 
     def launches(ins, outs, workspace):
         out, x = flat(outs[0]), flat(ins[0])
-        if _address(out) % unit or _address(x) % unit:
+        if not (aligned(out, unit) and aligned(x, unit)):
             return plain.launches(ins, outs, workspace)
-        blocks, threads = grid_1d(n)
-        args = (out.view(UINT[unit]), x.view(UINT[unit]), np.int64(n), np.int64(len(wide_sizes)),
-                int64_table(wide_sizes), int64_table(wide_steps), np.int64(0))
-        return [Launch(strided_kernel, blocks, threads, args)]
+        return strided_launch(out.view(UINT[unit]), x.view(UINT[unit]), wide_sizes, wide_steps)
 
     return Tactic(f"strided_u{unit}", launches, {"rank": len(wide_sizes), "unit": unit})
-
-
-def _address(array) -> int:
-    interface = getattr(array, "__cuda_array_interface__", None)
-    if interface is None:  # the simulator's arrays
-        interface = np.asarray(array).__array_interface__
-    return int(interface["data"][0] or 0)

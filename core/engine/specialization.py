@@ -354,12 +354,11 @@ def arena_view(arena, offset: int, nbytes: int, dtype, shape: tuple):
         return arena[offset:offset + nbytes].view(dtype).reshape(shape)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
+    from plugrt.kernels import c_strides
+
     dtype = np.dtype(dtype)
-    strides, step = [], dtype.itemsize
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= max(int(dim), 1)
-    return DeviceNDArray(shape, tuple(reversed(strides)), dtype, gpu_data=arena.gpu_data.view(offset, offset + nbytes))
+    strides = tuple(int(s) * dtype.itemsize for s in c_strides(shape))
+    return DeviceNDArray(shape, strides, dtype, gpu_data=arena.gpu_data.view(offset, offset + nbytes))
 
 
 def size_slots(graph, node) -> int:
