@@ -6,6 +6,8 @@
   MatMul, Gemm) use to fold a per-channel scale into their weights;
 - :mod:`.dtypes`: ONNX's dtype codes of the NumPy dtypes (elementwise's Cast, shape's
   EyeLike);
+- :mod:`.lines`: a tensor as lines along one axis and the one-thread-per-line tactic
+  (reduction's CumSum/CumProd and TopK, normalization's LpNormalization);
 - :mod:`.layout`: a Transpose's normalized permutation, and the channels-first view of a
   channels-last tensor (shape, matmul, conv, pooling).
 

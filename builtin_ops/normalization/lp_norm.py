@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 
-from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.plugin import Launch, Tactic
+from plugrt.kernels import cuda, jit
+from plugrt.plugin import Tactic
 
+from plugrt_builtin_ops.common.lines import line_start, line_tactic
 from .row_norm import accumulator
 
 
@@ -28,7 +29,7 @@ def lp_norm_kernel(dtype_name: str, p: int):
     @jit
     def kernel(x, y, n_lines, n, inner):
         for line in range(cuda.grid(1), n_lines, cuda.gridsize(1)):
-            start = (line // inner) * n * inner + line % inner
+            start = line_start(line, n, inner)
             total = zero
             for step in range(n):
                 v = A(x[start + step * inner])
@@ -50,17 +51,4 @@ def lp_norm_kernel(dtype_name: str, p: int):
 def lp_norm_tactics(shape, axis: int, dtype, p: int) -> list[Tactic]:
     """LpNormalization of X (``shape``, ``dtype``) along the resolved ``axis``: one ``thread``
     tactic."""
-    shape = [int(d) for d in shape]
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    n, n_lines = shape[axis], outer * inner
-    kernel = lp_norm_kernel(np.dtype(dtype).name, p)
-
-    def launches(ins, outs, workspace):
-        if n_lines == 0 or n == 0:
-            return []
-        blocks, threads = grid_1d(n_lines)
-        args = (flat(ins[0]), flat(outs[0]), np.int64(n_lines), np.int64(n), np.int64(inner))
-        return [Launch(kernel, blocks, threads, args)]
-
-    return [Tactic("thread", launches, {"p": p})]
+    return [line_tactic("thread", lp_norm_kernel(np.dtype(dtype).name, p), shape, axis, {"p": p})]

@@ -1,12 +1,5 @@
-"""CUDA tactics of CumSum and CumProd, and the lines along one axis that they and TopK
-(:mod:`.topk`) walk.
-
-X of ``shape`` seen along ``axis`` is ``[outer, n, inner]`` (the dims before the axis
-merged, then the axis, then the dims after it merged): ``outer * inner`` independent
-lines of ``n`` elements, ``inner`` apart in memory. Line ``l`` starts at
-``(l // inner) * n * inner + l % inner``, so consecutive threads take consecutive inner
-indices and their loads and stores coalesce (when ``inner`` is large; an innermost axis
-leaves one line per thread and strided access).
+"""CUDA tactics of CumSum and CumProd, over X's lines along the axis
+(:mod:`plugrt_builtin_ops.common.lines`).
 
 CumSum and CumProd run one thread per line in a grid-stride loop, each walking its line in
 order (from the end with ``reverse``) and storing the running sum or product after taking
@@ -21,22 +14,10 @@ import functools
 
 import numpy as np
 
-from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.plugin import Launch, Tactic
+from plugrt.kernels import cuda, jit
+from plugrt.plugin import Tactic
 
-
-def axis_lines(shape, axis: int) -> tuple[int, int, int]:
-    """``(outer, n, inner)``: X of ``shape`` as lines of ``n`` elements along ``axis``."""
-    shape = [int(d) for d in shape]
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    return outer, shape[axis], inner
-
-
-@jit(device=True)
-def line_start(line, n, inner):
-    """Offset of line ``line``'s first element in an array of ``[outer, n, inner]``."""
-    return (line // inner) * n * inner + line % inner
+from plugrt_builtin_ops.common.lines import line_start, line_tactic
 
 
 def scan_accumulator(dtype) -> type:
@@ -100,15 +81,4 @@ def scan_kernel(dtype_name: str, product: bool, exclusive: bool, reverse: bool):
 def scan_tactics(shape, axis: int, dtype, product: bool, exclusive: bool, reverse: bool) -> list[Tactic]:
     """CumSum (``product``: CumProd) of X (``shape``, ``dtype``) along the resolved ``axis``:
     one ``thread`` tactic."""
-    outer, n, inner = axis_lines(shape, axis)
-    n_lines = outer * inner
-    kernel = scan_kernel(np.dtype(dtype).name, product, exclusive, reverse)
-
-    def launches(ins, outs, workspace):
-        if n_lines == 0 or n == 0:
-            return []
-        blocks, threads = grid_1d(n_lines)
-        args = (flat(ins[0]), flat(outs[0]), np.int64(n_lines), np.int64(n), np.int64(inner))
-        return [Launch(kernel, blocks, threads, args)]
-
-    return [Tactic("thread", launches, {})]
+    return [line_tactic("thread", scan_kernel(np.dtype(dtype).name, product, exclusive, reverse), shape, axis)]

@@ -21,7 +21,7 @@ from plugrt.kernels import cuda, flat, grid_1d, jit
 from plugrt.plugin import Launch, Tactic
 
 from .argmax import value_type
-from .scan import axis_lines, line_start
+from plugrt_builtin_ops.common.lines import axis_lines, line_start
 
 
 @functools.lru_cache(maxsize=None)
