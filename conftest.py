@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 import plugrt  # noqa: F401  (chooses GPU or simulator before numba.cuda is imported)
-from plugrt.device import simulated
+from plugrt.device import guard_simulator, simulated
 
 
 class _BlockBarrier:
@@ -166,4 +166,5 @@ def _use_a_pool_and_a_barrier_in_the_simulator() -> None:
 
 
 if simulated():
+    guard_simulator()
     _use_a_pool_and_a_barrier_in_the_simulator()

@@ -53,6 +53,46 @@ def simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+_shared_guarded = False
+
+
+def guard_simulator() -> None:
+    """Make the simulator's shared arrays shared (idempotent; nothing on a GPU).
+
+    Numba's simulator runs a block's threads as Python threads, and ``cuda.shared.array``
+    finds a block's array in a dict by call site: look up, allocate if missing, store, with
+    no lock. A thread switch between the look-up and the store (under load: CI's two cores
+    with a server beside them) gives two threads of one block arrays of their own, so one
+    thread's stores are lost to the others and a tiled kernel returns a wrong row now and
+    then (seen as a flaky serving test). The look-up and store run under one lock here."""
+    global _shared_guarded
+    if _shared_guarded or not simulated():
+        return
+    import traceback
+
+    from numba.core import types
+    from numba.np import numpy_support
+    from numba.cuda.simulator import kernelapi
+
+    unguarded = kernelapi.FakeCUDAShared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):  # (the simulator's own, with the lock)
+        if alignment is not None or shape == 0:  # (an error; dynamic shared memory: no look-up)
+            return unguarded(self, shape, dtype, alignment)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = tuple(traceback.extract_stack(sys._getframe(1), limit=1)[-1])[0:2]
+        with lock:
+            found = self._allocations.get(caller)
+            if found is None:
+                found = self._allocations[caller] = kernelapi.np.empty(shape, dtype)
+        return found
+
+    kernelapi.FakeCUDAShared.array = array
+    _shared_guarded = True
+
+
 def announce_once(stream=None) -> None:
     """Print once per process that kernels run in the simulator (the CLI calls this)."""
     global _announced

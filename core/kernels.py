@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: `for x in literal_unroll(t)`)
 
-from plugrt.device import simulated
+from plugrt.device import guard_simulator, simulated
 from plugrt.inline_ptx import (CP_ASYNC_ZFILL_PTX, CVT_F16X2_PTX, CVT_TF32_PTX, MMA_F16_PTX, MMA_TF32_PTX,  # noqa: F401
                                SHARED_ADDRESS_PTX, async_copy16, element_address, f16_mma, ldmatrix, ldmatrix_ptx,
                                ptx_statement, shared_address, tf32_mma)
@@ -45,6 +45,7 @@ def jit(fn=None, **options):
     Usable bare (``@jit``) or with options (``@jit(device=True)``).
     """
     if simulated():
+        guard_simulator()
         options = {k: v for k, v in options.items() if k not in _GPU_ONLY_OPTIONS}
     if fn is None:
         return cuda.jit(**options)

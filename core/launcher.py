@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from plugrt.device import simulated
+from plugrt.device import guard_simulator, simulated
 from plugrt.tactic import Launch
 
 log = logging.getLogger("plugrt.engine")
@@ -70,6 +70,7 @@ class PreparedLaunch:
             return
         launch = self.launch
         if simulated():
+            guard_simulator()  # (a plugin's own @cuda.jit kernels too)
             with _SIMULATOR_LOCK:
                 launch.kernel[self.grid, self.block, stream, launch.shared_bytes](*launch.args)
             return

@@ -106,3 +106,44 @@ def test_a_thread_that_raises_fails_the_launch_and_is_named():
     out = np.zeros(3, np.float32)
     _block_sums[3, 64](np.ones(192, np.float32), out)  # the next launch runs as before
     assert out.tolist() == [64.0] * 3
+
+
+@cuda.jit
+def _shared_seen(out):
+    a = cuda.shared.array(32, np.float32)
+    b = cuda.shared.array(32, np.float32)  # (another line: another array)
+    t = cuda.threadIdx.x
+    a[t] = t
+    b[t] = 2 * t
+    cuda.syncthreads()
+    total = np.float32(0)
+    for i in range(32):
+        total += a[i] - b[i]
+    out[t] = total
+
+
+@simulator_only
+def test_a_blocks_threads_share_its_shared_arrays_across_a_thread_switch(monkeypatch):
+    """``cuda.shared.array`` looks a block's array up, allocates it if missing and stores
+    it: a thread switch in between (forced here by a slow allocation; under load it comes
+    by chance) gave two threads arrays of their own without plugrt's lock
+    (:func:`plugrt.device.guard_simulator`), and a tiled kernel a wrong row."""
+    import time
+
+    from numba.cuda.simulator import kernelapi
+
+    real = kernelapi.np
+
+    class SlowAllocation:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            time.sleep(0.002)  # (gives the GIL to the threads starting meanwhile)
+            return real.empty(*args, **kwargs)
+
+    monkeypatch.setattr(kernelapi, "np", SlowAllocation())
+    out = np.zeros(32, np.float32)
+    _shared_seen[1, 32](out)
+    np.testing.assert_array_equal(out, np.full(32, -sum(range(32)), np.float32))
