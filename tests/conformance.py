@@ -45,17 +45,56 @@ def node_cases(registry) -> list:
     return sorted((c for c in all_node_cases() if case_op_types(c) <= claimed), key=lambda c: c.name)
 
 
+def expanded_cases(registry) -> list:
+    """The cases whose ops no plugin claims are all ones ONNX defines as functions (the
+    importer expands them: :mod:`plugrt.onnx.functions`), sorted by name."""
+    import onnx.defs
+
+    claimed = {op.key for op in registry.ops()}
+
+    def function(key, case) -> bool:
+        opset = {e.domain: e.version for e in case.model.opset_import}.get(key[0], 1)
+        try:
+            schema = onnx.defs.get_schema(key[1], opset, key[0])
+        except onnx.defs.SchemaError:
+            return False
+        return schema.has_function or schema.has_context_dependent_function
+
+    found = [c for c in all_node_cases() if not case_op_types(c) <= claimed
+             and all(k in claimed or function(k, c) for k in case_op_types(c))]
+    return sorted(found, key=lambda c: c.name)
+
+
+def one_per_op(cases: list, registry) -> list:
+    """Of ``cases`` (expanded ones), the smallest for each set of unclaimed op types."""
+    claimed = {op.key for op in registry.ops()}
+    chosen: dict = {}
+    for case in cases:
+        key = frozenset(case_op_types(case) - claimed)
+        size = sum(_size(x) for inputs, expected in case.data_sets for x in list(inputs) + list(expected))
+        if key not in chosen or size < chosen[key][0]:
+            chosen[key] = (size, case)
+    return sorted((case for _, case in chosen.values()), key=lambda c: c.name)
+
+
 def simulator_too_big(case) -> str:
     """Why a case is too big to run through the CUDA simulator, or ``""``."""
     from plugrt.device import simulated
 
     if not simulated():
         return ""
-    sizes = [int(_array(x).size) for inputs, expected in case.data_sets for x in list(inputs) + list(expected)]
+    sizes = [_size(x) for inputs, expected in case.data_sets for x in list(inputs) + list(expected)]
     total = sum(sizes)
     if total > SIMULATOR_ELEMENT_LIMIT:
         return f"{total} elements; the simulator runs cases up to {SIMULATOR_ELEMENT_LIMIT} (a GPU runs all)"
     return ""
+
+
+def _size(x) -> int:
+    """Elements in a case's value (a sequence's: its tensors')."""
+    if isinstance(x, (list, tuple)):
+        return sum(_size(item) for item in x)
+    return int(_array(x).size)
 
 
 def _array(x):

@@ -22,6 +22,7 @@ from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
 from plugrt.onnx.checks import check_name, check_value_names, printable
+from plugrt.onnx.functions import expand_functions
 from plugrt.plugin import OpPlugin, canonical_domain
 
 _ATTRIBUTE_KINDS = {
@@ -118,6 +119,7 @@ def _graph_inputs(model: onnx.ModelProto) -> Graph:
 
 
 def _build_graph(model: onnx.ModelProto, registry) -> Graph:
+    model = expand_functions(model, registry)
     graph = _graph_inputs(model)
     opsets, proto = graph.opsets, model.graph
     nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
@@ -258,7 +260,7 @@ def support_report(source: Any, registry=None) -> list[dict]:
         registry = default_registry()
     from plugrt.ir.infer import infer_node
 
-    model = load_model(source)
+    model = expand_functions(load_model(source), registry)
     graph = _graph_inputs(model)
     opsets, proto = graph.opsets, model.graph
     report = []

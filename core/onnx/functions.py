@@ -1,0 +1,164 @@
+"""Nodes that are functions, expanded into the ops they are made of.
+
+Two kinds reach the importer:
+
+- a model's **local functions** (``ModelProto.functions``: what ``export_modules_as_functions``,
+  onnxscript and some converters write), called by nodes of the function's domain;
+- **standard ops defined as functions** of other standard ops (their schema carries a
+  function body): ``Attention`` and ``RotaryEmbedding`` at opset 23 (what
+  ``torch.onnx.export(..., opset_version=23)`` writes for PyTorch's SDPA), ``AffineGrid``
+  (``F.affine_grid`` at opset 20), the window functions, ``CenterCropPad``, ``SwiGLU``,
+  the losses.
+
+A standard op a plugin provides stays one node (a plugin's kernel beats the ops of its
+body). One no plugin provides is replaced by its schema's body for this node (a
+context-dependent body is built from the node's attributes and its inputs' types, which
+ONNX's shape inference gives), and local functions are inlined, by ONNX's own inliner,
+which also converts a body written for another opset to the model's. What remains
+unsupported after that is reported as before, by node.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx.defs
+import onnx.inliner
+import onnx.shape_inference
+
+from plugrt.errors import ModelError
+
+#: The domain an expanded standard op's body is inlined through (gone once inlined).
+EXPANDED = "plugrt.expanded"
+#: Bodies may call further function ops (expanded again): at most this deep.
+DEPTH = 4
+
+
+def expand_functions(model: onnx.ModelProto, registry) -> onnx.ModelProto:
+    """``model`` with its local functions inlined and every standard op that no plugin
+    provides but ONNX defines as a function expanded; ``model`` itself when there is
+    nothing to do (it is never changed)."""
+    if model.functions:
+        model = _inline(model, "the model's local functions")
+    for _ in range(DEPTH):
+        opsets = {"" if entry.domain in ("", "ai.onnx") else entry.domain: entry.version for entry in model.opset_import}
+        wanted = [(k, node) for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
+        if not wanted:
+            return model
+        model = _copy(model)
+        types = _value_types(model) if any(_schema(n, opsets).has_context_dependent_function for _, n in wanted) else {}
+        expanded = 0
+        for k, _ in wanted:
+            node = model.graph.node[k]
+            try:
+                body = _body(node, opsets, types)
+            except Exception:  # noqa: BLE001 - ONNX could not build it: the node is reported unsupported
+                body = None
+            if body is None:
+                continue
+            _fill_defaults(node, _schema(node, opsets))  # (the body refers to them; the inliner needs them given)
+            body.domain, body.name = EXPANDED, f"{node.op_type}_{k}"
+            node.domain, node.op_type = EXPANDED, body.name
+            model.functions.append(body)
+            expanded += 1
+        if not expanded:
+            return model
+        model.opset_import.append(onnx.helper.make_opsetid(EXPANDED, 1))
+        labels = ", ".join(f"node {printable_name(model.graph.node[k], k)}" for k, _ in wanted)
+        model = _inline(model, labels)
+        kept = [entry for entry in model.opset_import if entry.domain != EXPANDED]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
+    return model
+
+
+def printable_name(node: onnx.NodeProto, index: int) -> str:
+    return repr(node.name or f"{node.op_type}_{index}")
+
+
+def _schema(node: onnx.NodeProto, opsets: dict):
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    if domain not in opsets:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+    except Exception:  # noqa: BLE001 - no such schema, or names and versions ONNX cannot take
+        return None
+
+
+def _expandable(node: onnx.NodeProto, opsets: dict, registry) -> bool:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    if domain not in opsets or registry.find_op(domain, node.op_type, opsets[domain]) is not None:
+        return False
+    schema = _schema(node, opsets)
+    return schema is not None and (schema.has_function or schema.has_context_dependent_function)
+
+
+def _body(node: onnx.NodeProto, opsets: dict, types: dict) -> onnx.FunctionProto | None:
+    """This node's function body at the model's opset, or None where ONNX cannot build it
+    (a context-dependent body whose inputs' types shape inference did not find)."""
+    schema = _schema(node, opsets)
+    opset = opsets["" if node.domain in ("", "ai.onnx") else node.domain]
+    if schema.has_context_dependent_function:
+        given = []
+        for name in node.input:
+            if name and name not in types:
+                return None
+            given.append(types[name].SerializeToString() if name else onnx.TypeProto().SerializeToString())
+        versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+        built = schema.get_context_dependent_function_with_opset_version(max(versions), node.SerializeToString(), given) \
+            if versions else schema.get_context_dependent_function(node.SerializeToString(), given)
+    else:
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        built = schema.get_function_with_opset_version(max(versions)) if versions else schema.function_body
+        built = built.SerializeToString() if isinstance(built, onnx.FunctionProto) else built
+    if not built:
+        return None
+    body = onnx.FunctionProto()
+    body.ParseFromString(built)
+    return body if body.node else None
+
+
+def _fill_defaults(node: onnx.NodeProto, schema) -> None:
+    """Give ``node`` each attribute it leaves to its schema's default."""
+    given = {attr.name for attr in node.attribute}
+    for name, attribute in schema.attributes.items():
+        default = attribute.default_value
+        if name not in given and default is not None and default.type != onnx.AttributeProto.UNDEFINED:
+            filled = node.attribute.add()
+            filled.CopyFrom(default)
+            filled.name = name
+
+
+def _value_types(model: onnx.ModelProto) -> dict:
+    """Every value's type that ONNX's shape inference finds (inputs, initializers, the rest)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - inference failing on a node: only what the model states
+        inferred = model
+    graph = inferred.graph
+    types = {value.name: value.type for value in list(graph.input) + list(graph.value_info) + list(graph.output)}
+    for tensor in graph.initializer:
+        types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+    for node in graph.node:  # (Constant outputs: inference gives them; kept if it did not)
+        if node.op_type == "Constant" and node.output and node.output[0] not in types:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
+    return types
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    return copied
+
+
+def _inline(model: onnx.ModelProto, what: str) -> onnx.ModelProto:
+    try:
+        return onnx.inliner.inline_local_functions(model, convert_version=True)
+    except Exception as exc:  # noqa: BLE001 - ONNX's inliner refusing: name what it was given
+        raise ModelError(f"cannot expand {what} into standard ops: ONNX's inliner failed ({type(exc).__name__}: "
+                         f"{exc}); export the model without functions (or install a plugin for the op)") from None
+
+
+__all__ = ["EXPANDED", "expand_functions"]

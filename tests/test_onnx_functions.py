@@ -1,0 +1,117 @@
+"""Nodes that are functions (``plugrt.onnx.functions``): a model's local functions (what
+``torch.onnx.export(..., export_modules_as_functions=...)`` and onnxscript write) are
+inlined, and standard ops ONNX defines as functions that no plugin provides (Attention at
+opset 23, what PyTorch's exporter writes for SDPA at that opset) are expanded into the ops
+they are made of; built engines match onnxruntime on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+from plugrt.errors import UnsupportedError
+from plugrt.onnx.importer import import_model, support_report
+
+FLOAT = TensorProto.FLOAT
+
+
+def ort(model, feeds):
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def block_function() -> onnx.FunctionProto:
+    """``Block(x, w) = x + LeakyRelu(MatMul(x, w), alpha=@slope)``, calling ``Scale`` (a
+    second local function) on the result: an attribute reference and a nested call."""
+    slope = helper.make_attribute_ref("slope", onnx.AttributeProto.FLOAT)
+    leaky = helper.make_node("LeakyRelu", ["h"], ["a"])
+    leaky.attribute.append(slope)
+    leaky.attribute[0].name = "alpha"
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), leaky, helper.make_node("Add", ["x", "a"], ["s"]),
+             helper.make_node("Scale", ["s"], ["y"], domain="my.blocks")]
+    return helper.make_function("my.blocks", "Block", ["x", "w"], ["y"], nodes,
+                                [helper.make_opsetid("", 17), helper.make_opsetid("my.blocks", 1)], ["slope"])
+
+
+def scale_function() -> onnx.FunctionProto:
+    half = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", FLOAT, [], [0.5]))
+    return helper.make_function("my.blocks", "Scale", ["v"], ["y"], [half, helper.make_node("Mul", ["v", "c"], ["y"])],
+                                [helper.make_opsetid("", 17)], [])
+
+
+def with_local_functions(batch="batch") -> onnx.ModelProto:
+    rng = np.random.default_rng(4)
+    w1, w2 = (numpy_helper.from_array(rng.standard_normal((6, 6)).astype(np.float32) / 3, n) for n in ("w1", "w2"))
+    nodes = [helper.make_node("Block", ["x", "w1"], ["b1"], domain="my.blocks", slope=0.1, name="block1"),
+             helper.make_node("Block", ["b1", "w2"], ["y"], domain="my.blocks", slope=0.3, name="block2")]
+    graph = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", FLOAT, [batch, 6])],
+                              [helper.make_tensor_value_info("y", FLOAT, [batch, 6])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.blocks", 1)],
+                              functions=[block_function(), scale_function()])
+    onnx.checker.check_model(model)
+    return model
+
+
+def attention_23(batch="batch") -> onnx.ModelProto:
+    """Q, K and V projected from x, split into heads, and the standard ``Attention`` op
+    (opset 23, causal), as ``torch.onnx.export(..., opset_version=23)`` writes SDPA."""
+    rng = np.random.default_rng(6)
+    proj = numpy_helper.from_array(rng.standard_normal((8, 24)).astype(np.float32) / 3, "proj")
+    shape = numpy_helper.from_array(np.array([0, 0, 3, 2, 4], np.int64), "heads")
+    nodes = [helper.make_node("MatMul", ["x", "proj"], ["qkv"]),
+             helper.make_node("Reshape", ["qkv", "heads"], ["split"]),
+             helper.make_node("Transpose", ["split"], ["t"], perm=[2, 0, 3, 1, 4]),
+             helper.make_node("Split", ["t"], ["q5", "k5", "v5"], axis=0, num_outputs=3),
+             *[helper.make_node("Squeeze", [f"{n}5", "zero"], [n]) for n in "qkv"],
+             helper.make_node("Attention", ["q", "k", "v"], ["a"], is_causal=1, name="sdpa"),
+             helper.make_node("Transpose", ["a"], ["y"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", FLOAT, [batch, 5, 8])],
+                              [helper.make_tensor_value_info("y", FLOAT, [batch, 5, 2, 4])],
+                              [proj, shape, numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_local_functions_are_inlined_with_their_attributes_and_nested_calls(rng):
+    model = with_local_functions()
+    before = model.SerializeToString()
+    graph = import_model(model)
+    assert model.SerializeToString() == before  # (the caller's model is left as it was)
+    assert {node.op_type for node in graph.nodes} >= {"MatMul", "LeakyRelu", "Add", "Mul"}
+    slopes = sorted(node.attrs["alpha"] for node in graph.nodes if node.op_type == "LeakyRelu")
+    assert slopes == pytest.approx([0.1, 0.3])  # (each call's own attribute)
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 6), (2, 6), (4, 6)))
+    context = Builder().build_engine(model, config).create_execution_context()
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 6)).astype(np.float32)
+        np.testing.assert_allclose(context.execute({"x": x})["y"], ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_standard_attention_op_is_expanded_where_no_plugin_provides_it(rng):
+    model = attention_23()
+    assert "Attention" not in {node.op_type for node in import_model(model).nodes}
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 5, 8), (2, 5, 8), (3, 5, 8)))
+    context = Builder().build_engine(model, config).create_execution_context()
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 5, 8)).astype(np.float32)
+        np.testing.assert_allclose(context.execute({"x": x})["y"], ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_check_reports_expanded_nodes_as_supported():
+    report = support_report(with_local_functions(2))
+    assert report and all(entry["status"] == "supported" for entry in report), report
+
+
+def test_a_call_to_a_function_the_model_does_not_define_is_reported_by_node():
+    model = with_local_functions()
+    del model.functions[1]  # (Block calls Scale, now missing)
+    with pytest.raises(UnsupportedError) as caught:
+        import_model(model)
+    assert "op Scale, domain 'my.blocks'" in str(caught.value)
