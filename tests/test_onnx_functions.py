@@ -115,3 +115,62 @@ def test_a_call_to_a_function_the_model_does_not_define_is_reported_by_node():
     with pytest.raises(UnsupportedError) as caught:
         import_model(model)
     assert "op Scale, domain 'my.blocks'" in str(caught.value)
+
+
+def branchy(batch="batch") -> onnx.ModelProto:
+    """``If`` nodes as exporters write them: one on the rank of x's shape (Size of a Shape:
+    known at any batch), its then-branch with an initializer of its own and a nested ``If``
+    on a constant comparison; one on a dim of x that is static (dim 1)."""
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "w_then")
+    inner_then = helper.make_graph([helper.make_node("Relu", ["m"], ["r"])], "inner_then", [],
+                                   [helper.make_tensor_value_info("r", FLOAT, None)])
+    inner_else = helper.make_graph([helper.make_node("Neg", ["m"], ["n"])], "inner_else", [],
+                                   [helper.make_tensor_value_info("n", FLOAT, None)])
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w_then"], ["m"]),
+                              helper.make_node("Less", ["two", "three"], ["small"]),
+                              helper.make_node("If", ["small"], ["t"], then_branch=inner_then, else_branch=inner_else)],
+                             "then", [], [helper.make_tensor_value_info("t", FLOAT, None)], [w])
+    other = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", FLOAT, None)])
+    wide = helper.make_graph([helper.make_node("Mul", ["y", "two_f"], ["z1"])], "wide", [],
+                             [helper.make_tensor_value_info("z1", FLOAT, None)])
+    narrow = helper.make_graph([helper.make_node("Add", ["y", "two_f"], ["z2"])], "narrow", [],
+                               [helper.make_tensor_value_info("z2", FLOAT, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["s"], ["rank"]),
+             helper.make_node("Equal", ["rank", "two"], ["is2d"]),
+             helper.make_node("If", ["is2d"], ["y"], then_branch=then, else_branch=other, name="on_rank"),
+             helper.make_node("Shape", ["x"], ["s1"], start=1, end=2),
+             helper.make_node("Greater", ["s1", "two"], ["wide1"]),
+             helper.make_node("Squeeze", ["wide1"], ["is_wide"]),
+             helper.make_node("If", ["is_wide"], ["z"], then_branch=wide, else_branch=narrow, name="on_dim")]
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("two", 2), ("three", 3))]
+    consts.append(numpy_helper.from_array(np.array(2.0, np.float32), "two_f"))
+    graph = helper.make_graph(nodes, "branchy", [helper.make_tensor_value_info("x", FLOAT, [batch, 3])],
+                              [helper.make_tensor_value_info("z", FLOAT, [batch, 3])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_ifs_that_shapes_and_constants_decide_become_their_branch(rng):
+    model = branchy()
+    graph = import_model(model)
+    assert "If" not in {node.op_type for node in graph.nodes}
+    assert {"MatMul", "Relu", "Mul"} <= {node.op_type for node in graph.nodes}  # (then, inner then, wide)
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 3), (2, 3), (4, 3)))
+    context = Builder().build_engine(model, config).create_execution_context()
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 3)).astype(np.float32)
+        np.testing.assert_allclose(context.execute({"x": x})["z"], ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_if_on_input_values_is_reported_by_node():
+    model = branchy()
+    node = model.graph.node[3]
+    node.input[0] = "flag"
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    with pytest.raises(UnsupportedError) as caught:
+        import_model(model)
+    assert "node 'on_rank': op If" in str(caught.value) and "depends on input values" in str(caught.value)

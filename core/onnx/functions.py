@@ -37,9 +37,12 @@ def expand_functions(model: onnx.ModelProto, registry) -> onnx.ModelProto:
     """``model`` with its local functions inlined and every standard op that no plugin
     provides but ONNX defines as a function expanded; ``model`` itself when there is
     nothing to do (it is never changed)."""
+    from plugrt.onnx.conditionals import fold_conditionals
+
     if model.functions:
         model = _inline(model, "the model's local functions")
     for _ in range(DEPTH):
+        model = fold_conditionals(model)  # (bodies branch on what shapes decide: AffineGrid's)
         opsets = {"" if entry.domain in ("", "ai.onnx") else entry.domain: entry.version for entry in model.opset_import}
         wanted = [(k, node) for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
         if not wanted:

@@ -159,12 +159,22 @@ def _node(proto: onnx.NodeProto, index: int, opsets: dict[str, int]) -> Node:
     )
 
 
+#: What an unsupported control-flow node's line adds.
+CONTROL_FLOW = {
+    "If": " (an If is replaced by its branch where shapes and constants decide its condition; this one's "
+          "depends on input values or a dim the profile lets vary: export with that decided, or fix the dim)",
+    "Loop": " (loops run only unrolled: export with a fixed trip count, tracing rather than scripting)",
+    "Scan": " (loops run only unrolled: export with a fixed trip count, tracing rather than scripting)",
+}
+
+
 def _report_unsupported(nodes: list[Node], registry) -> None:
     missing = [n for n in nodes if registry.find_op(n.domain, n.op_type, n.opset) is None]
     if not missing:
         return
     lines = [
-        f"  - node {n.name!r}: op {n.op_type}, domain {n.domain or 'ai.onnx'!r}, opset {n.opset}" for n in missing
+        f"  - node {n.name!r}: op {n.op_type}, domain {n.domain or 'ai.onnx'!r}, opset {n.opset}"
+        + (CONTROL_FLOW.get(n.op_type, "") if not n.domain else "") for n in missing
     ]
     error = UnsupportedError(
         f"{len(missing)} node(s) are not supported by any installed plugin:\n" + "\n".join(lines)
