@@ -174,3 +174,24 @@ def test_an_if_on_input_values_is_reported_by_node():
     with pytest.raises(UnsupportedError) as caught:
         import_model(model)
     assert "node 'on_rank': op If" in str(caught.value) and "depends on input values" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["torch_sdpa_opset23", "torch_module_functions"])
+def test_real_exports_with_functions_match_onnxruntime(name, rng):
+    """Exported by PyTorch 2.13 (CPU): ``F.scaled_dot_product_attention(q, k, v,
+    is_causal=True)`` through ``torch.onnx.export(..., dynamo=True, opset_version=23)``
+    (an ``Attention`` node), and two pre-norm MLP blocks through ``torch.onnx.export(...,
+    dynamo=False, export_modules_as_functions={Block})`` (two calls of a local function);
+    both with a dynamic batch, built over batches 1..4 and run at 1 and 3."""
+    import pathlib
+
+    model = onnx.load(pathlib.Path(__file__).resolve().parent / "data" / "exports" / f"{name}.onnx")
+    value = model.graph.input[0]
+    rest = tuple(d.dim_value for d in value.type.tensor_type.shape.dim[1:])
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape(value.name, (1, *rest), (2, *rest), (4, *rest)))
+    context = Builder().build_engine(model, config).create_execution_context()
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, *rest)).astype(np.float32)
+        got = context.execute({value.name: x})[model.graph.output[0].name]
+        np.testing.assert_allclose(got, ort(model, {value.name: x})[0], rtol=1e-5, atol=1e-5)
