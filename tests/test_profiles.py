@@ -222,3 +222,33 @@ def test_batch_buckets_pad_a_request_and_cut_its_outputs(rng):
         assert {key[1][1][0] for key in context._specs} == {4, 5}  # batch 3 ran as 4: no shape of its own
     with pytest.raises(PlugrtError, match=r"batch bucket 8: input 'x' takes batches \(dim 0\) \[3, 5\] in profile 1"):
         engine.create_execution_context(profile=1, batch_buckets=[4, 8])
+
+
+def test_a_profile_beyond_the_dims_an_export_fixed_is_refused_naming_the_shapes(tmp_path, capsys):
+    """A legacy export of nn.MultiheadAttention bakes the traced sequence length into a
+    Reshape (x is [batch, seq, 4] with a dynamic seq, the Reshape's target says 3): the
+    model runs only at seq 3, as in onnxruntime. A profile over other lengths is refused
+    before any pass, naming the profile's shapes and the node; on the CLI without a traceback."""
+    nodes = [helper.make_node("Reshape", ["x", "fixed"], ["r"], name="baked_reshape"),
+             helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "baked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([-1, 3, 2, 2], np.int64), "fixed")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    config = BuilderConfig(progress=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 2, 4), (2, 3, 4), (4, 3, 4)))
+    with pytest.raises(PlugrtError) as caught:
+        Builder().build_engine(model, config)
+    message = str(caught.value)
+    assert "does not run at profile 0's min shapes (x[1,2,4])" in message and "'baked_reshape'" in message, message
+    path = tmp_path / "baked.onnx"
+    onnx.save(model, path)
+    assert main(["build", str(path), "-o", str(tmp_path / "baked.plan"), "--min-shapes", "x:1x2x4",
+                 "--opt-shapes", "x:2x3x4", "--max-shapes", "x:4x3x4"]) != 0
+    err = capsys.readouterr().err
+    assert "does not run at profile 0's min shapes" in err and "Traceback" not in err
+    config = BuilderConfig(progress=False, tf32=False)  # (inside the traced size it builds and runs)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 3, 4), (2, 3, 4), (4, 3, 4)))
+    x = np.random.default_rng(2).standard_normal((3, 3, 4)).astype(np.float32)
+    got = Builder().build_engine(model, config).create_execution_context().execute({"x": x})["y"]
+    np.testing.assert_allclose(got, np.maximum(x.reshape(-1, 3, 2, 2), 0), rtol=1e-6)

@@ -161,6 +161,7 @@ class Builder:
         profile = profiles[0]
         graph.sample_inputs = [({n: s[i] for n, s in p.shapes.items()}, p.shape_values) for p in profiles
                                for i in range(3)]
+        _check_profile_shapes(graph, self.registry, profiles)
         imported = len(graph.nodes)
         if config.int8:  # the passes before calibration know an INT8 build is under way
             graph.int8 = Int8Request()
@@ -297,6 +298,27 @@ def _plan(graphs: list[Graph], layers: list[int], aliases: dict):
     per profile, at its max shapes)."""
     sizes, lifetimes = liveness_all(graphs, layers, storage(graphs[0], aliases, layers))
     return plan_memory(sizes, lifetimes)
+
+
+def _check_profile_shapes(graph: Graph, registry, profiles: list) -> None:
+    """Every profile's min, opt and max shapes run through the imported graph's shape
+    inference; where one fails, the error names the profile, the shapes and the node.
+
+    (Exports trace some dims to constants: PyTorch's legacy exporter bakes the sequence
+    length into nn.MultiheadAttention's reshapes when it is given a padding mask. Such a
+    model runs only at the traced size, in onnxruntime too; found here, the user hears it
+    in those words instead of from whichever graph pass first meets the shape.)"""
+    for index, profile in enumerate(profiles):
+        for which, corner in enumerate(("min", "opt", "max")):
+            shapes = {name: entry[which] for name, entry in profile.shapes.items()}
+            try:
+                concretize(graph, shapes, registry, profile.values_at(which))
+            except ShapeError as exc:
+                given = ", ".join(f"{name}{format_shape(shape)}" for name, shape in shapes.items())
+                raise ShapeError(f"the model does not run at profile {index}'s {corner} shapes ({given}): {exc}. "
+                                 "An export can fix a dim to the size it was traced at (onnxruntime fails there "
+                                 "too); give a profile inside the shapes the model takes, or export it with that "
+                                 "dim dynamic") from exc
 
 
 def _check_memory(arena_bytes: int, profile: OptimizationProfile) -> None:
