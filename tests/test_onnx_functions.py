@@ -195,3 +195,13 @@ def test_real_exports_with_functions_match_onnxruntime(name, rng):
         x = rng.standard_normal((batch, *rest)).astype(np.float32)
         got = context.execute({value.name: x})[model.graph.output[0].name]
         np.testing.assert_allclose(got, ort(model, {value.name: x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_large_weight_does_not_stop_an_if_from_folding():
+    """Shape inference for the condition sees large initializers as typed inputs (a large
+    model's weights are not copied through it); the If still folds."""
+    model = branchy()
+    big = numpy_helper.from_array(np.ones((3, 3, 8000), np.float32), "big")  # (72,000 elements)
+    model.graph.initializer.append(big)
+    model.graph.node.insert(0, helper.make_node("Shape", ["big"], ["big_shape"]))  # (read, so not dropped)
+    assert "If" not in {node.op_type for node in import_model(model).nodes}

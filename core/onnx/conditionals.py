@@ -127,7 +127,24 @@ class _Known:
 
 
 def _top_level(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return light(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def light(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for ONNX's shape inference: large initializers become typed inputs (their
+    values decide no shape; a large model's weights are not copied through inference)."""
+    if all(_small(t.dims) for t in model.graph.initializer):
+        return model
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    kept = [t for t in copied.graph.initializer if _small(t.dims)]
+    listed = {value.name for value in copied.graph.input}  # (IR < 4 lists initializers as inputs too)
+    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in copied.graph.initializer
+             if not _small(t.dims) and t.name not in listed]
+    del copied.graph.initializer[:]
+    copied.graph.initializer.extend(kept)
+    copied.graph.input.extend(typed)
+    return copied
 
 
 def _small(dims) -> bool:

@@ -134,8 +134,10 @@ def _fill_defaults(node: onnx.NodeProto, schema) -> None:
 
 def _value_types(model: onnx.ModelProto) -> dict:
     """Every value's type that ONNX's shape inference finds (inputs, initializers, the rest)."""
+    from plugrt.onnx.conditionals import light
+
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(light(model), strict_mode=False)
     except Exception:  # noqa: BLE001 - inference failing on a node: only what the model states
         inferred = model
     graph = inferred.graph

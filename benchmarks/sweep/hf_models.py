@@ -1,0 +1,78 @@
+"""Tiny configurations of transformers' architectures for the export sweep (encoders,
+decoders, vision, audio, encoder-decoders), random weights. ``models()``: name -> () ->
+(module, example inputs, input names)."""
+import numpy as np
+import torch
+import transformers as T
+
+SEQ = 12
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self, model, output="last_hidden_state", keys=("input_ids", "attention_mask")):
+        super().__init__()
+        self.model, self.output, self.keys = model, output, keys
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.keys, args)))
+        return getattr(out, self.output) if self.output else out[0]
+
+
+def eager(cls, config):
+    config._attn_implementation = "eager"
+    return cls(config)
+
+
+def ids(vocab=100, batch=2, seq=SEQ):
+    rng = np.random.default_rng(0)
+    return torch.from_numpy(rng.integers(3, vocab, (batch, seq)).astype(np.int64))
+
+
+def mask(batch=2, seq=SEQ):
+    m = np.ones((batch, seq), np.int64); m[1, seq - 4:] = 0
+    return torch.from_numpy(m)
+
+
+def text(cls, config, with_mask=True, output="last_hidden_state", vocab=100):
+    model = eager(cls, config)
+    if with_mask:
+        return Wrapped(model, output), (ids(vocab), mask()), ["input_ids", "attention_mask"]
+    return Wrapped(model, output, ("input_ids",)), (ids(vocab),), ["input_ids"]
+
+
+def models():
+    small = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=64)
+    img = torch.randn(2, 3, 32, 32)
+    return {
+        "distilbert": lambda: text(T.DistilBertModel, T.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)),
+        "roberta": lambda: text(T.RobertaModel, T.RobertaConfig(**small)),
+        "albert": lambda: text(T.AlbertModel, T.AlbertConfig(embedding_size=16, **small)),
+        "electra": lambda: text(T.ElectraModel, T.ElectraConfig(embedding_size=16, **small)),
+        "deberta_v2": lambda: text(T.DebertaV2Model, T.DebertaV2Config(**small, relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=16, position_buckets=8)),
+        "mpnet": lambda: text(T.MPNetModel, T.MPNetConfig(**small)),
+        "xlm_roberta_cls": lambda: text(T.XLMRobertaForSequenceClassification, T.XLMRobertaConfig(**small, num_labels=3), output="logits"),
+        "bert_qa": lambda: text(T.BertForQuestionAnswering, T.BertConfig(**small), output="start_logits"),
+        "gpt_neox": lambda: text(T.GPTNeoXModel, T.GPTNeoXConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64, rotary_pct=0.5, use_cache=False)),
+        "opt": lambda: text(T.OPTModel, T.OPTConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64, max_position_embeddings=64, word_embed_proj_dim=32, use_cache=False)),
+        "bloom": lambda: text(T.BloomModel, T.BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=2, use_cache=False)),
+        "mistral": lambda: text(T.MistralModel, T.MistralConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False, sliding_window=None)),
+        "qwen2": lambda: text(T.Qwen2Model, T.Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)),
+        "phi": lambda: text(T.PhiModel, T.PhiConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64, partial_rotary_factor=0.5, use_cache=False)),
+        "gemma": lambda: text(T.GemmaModel, T.GemmaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64, use_cache=False)),
+        "falcon": lambda: text(T.FalconModel, T.FalconConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, use_cache=False)),
+        "clip_text": lambda: text(T.CLIPTextModel, T.CLIPTextConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64), output="pooler_output"),
+        "clip_vision": lambda: (Wrapped(eager(T.CLIPVisionModel, T.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), "pooler_output", ("pixel_values",)), (img,), ["pixel_values"]),
+        "vit_hf": lambda: (Wrapped(eager(T.ViTModel, T.ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), "last_hidden_state", ("pixel_values",)), (img,), ["pixel_values"]),
+        "deit": lambda: (Wrapped(eager(T.DeiTModel, T.DeiTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)), "last_hidden_state", ("pixel_values",)), (img,), ["pixel_values"]),
+        "beit": lambda: (Wrapped(eager(T.BeitModel, T.BeitConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, use_relative_position_bias=True)), "last_hidden_state", ("pixel_values",)), (img,), ["pixel_values"]),
+        "convnext_hf": lambda: (Wrapped(eager(T.ConvNextModel, T.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=32)), "pooler_output", ("pixel_values",)), (img,), ["pixel_values"]),
+        "resnet_hf": lambda: (Wrapped(eager(T.ResNetModel, T.ResNetConfig(hidden_sizes=[8, 16], depths=[1, 1], embedding_size=8, layer_type="bottleneck")), "pooler_output", ("pixel_values",)), (img,), ["pixel_values"]),
+        "segformer": lambda: (Wrapped(eager(T.SegformerModel, T.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), "last_hidden_state", ("pixel_values",)), (img,), ["pixel_values"]),
+        "mobilevit": lambda: (Wrapped(eager(T.MobileViTModel, T.MobileViTConfig(image_size=32, hidden_sizes=[16, 16, 16], neck_hidden_sizes=[8, 8, 16, 16, 16, 16, 32], num_attention_heads=2)), "pooler_output", ("pixel_values",)), (img,), ["pixel_values"]),
+        "swin_hf": lambda: (Wrapped(eager(T.SwinModel, T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)), "last_hidden_state", ("pixel_values",)), (img,), ["pixel_values"]),
+        "wav2vec2": lambda: (Wrapped(eager(T.Wav2Vec2Model, T.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2, do_stable_layer_norm=False)), "last_hidden_state", ("input_values",)), (torch.randn(2, 400),), ["input_values"]),
+        "whisper_enc": lambda: (Wrapped(eager(T.WhisperModel, T.WhisperConfig(d_model=32, encoder_layers=2, encoder_attention_heads=2, decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16, vocab_size=100)).encoder, "last_hidden_state", ("input_features",)), (torch.randn(2, 8, 32),), ["input_features"]),
+        "bart": lambda: (Wrapped(eager(T.BartModel, T.BartConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, use_cache=False)), "last_hidden_state", ("input_ids", "attention_mask", "decoder_input_ids")), (ids(), mask(), ids(seq=5)), ["input_ids", "attention_mask", "decoder_input_ids"]),
+        "t5_full": lambda: (Wrapped(eager(T.T5Model, T.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, use_cache=False)), "last_hidden_state", ("input_ids", "attention_mask", "decoder_input_ids")), (ids(), mask(), ids(seq=5)), ["input_ids", "attention_mask", "decoder_input_ids"]),
+    }
