@@ -55,10 +55,11 @@ def main() -> int:
     parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--int8", action="store_true", help="INT8 with entropy calibration on 4 random batches")
     parser.add_argument("--work", default="/tmp/plugrt-sweep")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    label = f"{args.name} {args.exporter}{' fp16' if args.fp16 else ''}"
+    label = f"{args.name} {args.exporter}{' fp16' if args.fp16 else ''}{' int8' if args.int8 else ''}"
 
     import numpy as np
     import onnx
@@ -136,9 +137,10 @@ def main() -> int:
             for out, want in zip(model.graph.output, session.run(None, inputs)):
                 value = got[out.name]
                 if want.dtype.kind != "f":
-                    ok = value.shape == want.shape and np.mean(value == want) > (0.9 if args.fp16 else 1 - 1e-9)
+                    ok = value.shape == want.shape and np.mean(value == want) > (0.9 if args.fp16 or args.int8 else 1 - 1e-9)
                 else:
-                    tol = 3e-2 * max(1.0, float(np.abs(want).max())) if args.fp16 else 1e-4
+                    scale = max(1.0, float(np.abs(want).max()))
+                    tol = 1.5e-1 * scale if args.int8 else 3e-2 * scale if args.fp16 else 1e-4
                     ok = value.shape == want.shape and np.allclose(value.astype(np.float64), want, rtol=tol, atol=tol,
                                                                    equal_nan=True)
                 if not ok:
@@ -148,7 +150,8 @@ def main() -> int:
 
     try:
         for what, corners in (("static", None), ("dynamic", (0, None, 1))):
-            config = BuilderConfig(progress=False, tf32=False, fp16=args.fp16)
+            config = BuilderConfig(progress=False, tf32=False, fp16=args.fp16, int8=args.int8,
+                                   calibration_data=[feeds(example[0].shape[0]) for _ in range(4)] if args.int8 else None)
             profile = OptimizationProfile()
             for name, value in zip(names, example):
                 if name in kept:

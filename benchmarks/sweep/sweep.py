@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--models", default="")
     parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy")
     parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--int8", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=900)
     args = parser.parse_args()
@@ -35,6 +36,7 @@ def main() -> int:
     def one(name: str) -> str:
         command = [sys.executable, os.path.join(HERE, "run_model.py"), name, "--exporter", args.exporter]
         command += ["--fp16"] if args.fp16 else []
+        command += ["--int8"] if args.int8 else []
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:

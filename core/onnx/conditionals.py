@@ -2,12 +2,13 @@
 
 Exporters and function bodies write conditions that shapes and constants decide: ONNX's
 ``AffineGrid`` body branches on whether the size it is given has 4 or 5 entries,
-TorchScript parts of a traced export on a tensor's rank or a static dim. Such a condition
-is evaluated here from the model's initializers and ``Constant`` nodes, the static parts
-of shapes ONNX's shape inference finds (``Shape``, ``Size``) and ONNX's reference
-implementation of the ops in between; the ``If`` node is then replaced by its branch's
-nodes (ONNX names values once across a model and its subgraphs, so they keep their names)
-and ``Identity`` nodes from the branch's outputs to the ``If``'s.
+TorchScript parts of a traced export on a tensor's rank or a static dim. The importer
+evaluates such a condition with the plugins' own shape inference and value propagation
+(``evaluate``: the nodes the condition depends on, imported on their own); where it comes
+out known, the ``If`` node is replaced by its branch's nodes. ONNX names values once across
+a model and its subgraphs, so they keep their names; a branch output the branch computes
+is renamed to the ``If``'s output, and where the branch hands on an outer value unchanged,
+the readers of the ``If``'s output read that value instead.
 
 A condition that depends on an input's values, or on a dim an optimization profile lets
 vary, is left alone: the ``If`` stays and the importer reports it, naming the node.
@@ -15,158 +16,128 @@ vary, is left alone: the ``If`` stays and the importer reports it, naming the no
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import onnx
-import onnx.shape_inference
-from onnx import helper, numpy_helper
+from onnx import helper
 
-#: Largest constant (elements) evaluated while deciding a condition.
-LIMIT = 1 << 16
+#: The control-flow op this module folds (the one op the importer takes apart itself).
+IF = "If"
 
 
-def fold_conditionals(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with each ``If`` whose condition is known replaced by its taken branch
-    (repeated for ``If`` nodes inside the branches); ``model`` itself when none is."""
+def fold_conditionals(model: onnx.ModelProto, evaluate: Callable) -> onnx.ModelProto:
+    """``model`` with each ``If`` whose condition ``evaluate(model, name)`` knows replaced
+    by its taken branch (again for ``If`` nodes the branches held); ``model`` itself when
+    none is. ``evaluate`` returns the condition's value or None."""
     for _ in range(8):
-        graph = model.graph
-        ifs = [k for k, node in enumerate(graph.node) if node.op_type == "If" and node.domain in ("", "ai.onnx")]
-        if not ifs:
-            return model
-        known = _Known(model)
-        decided = {k: known.condition(graph.node[k].input[0]) for k in ifs}
-        decided = {k: taken for k, taken in decided.items() if taken is not None}
+        ifs = [k for k, node in enumerate(model.graph.node) if node.op_type == IF and node.domain in ("", "ai.onnx")]
+        decided = {}
+        for k in ifs:
+            value = evaluate(model, model.graph.node[k].input[0])
+            if value is not None and np.size(value) == 1:
+                decided[k] = bool(np.asarray(value).reshape(-1)[0])
         if not decided:
             return model
         folded = onnx.ModelProto()
         folded.CopyFrom(model)
-        nodes = []
-        for k, node in enumerate(folded.graph.node):
-            if k not in decided:
-                nodes.append(node)
-                continue
-            branch = next(a.g for a in node.attribute if a.name == ("then_branch" if decided[k] else "else_branch"))
-            folded.graph.initializer.extend(branch.initializer)
-            nodes.extend(branch.node)
-            for inner, outer in zip(branch.output, node.output):
-                if outer:
-                    nodes.append(helper.make_node("Identity", [inner.name], [outer], name=f"{node.name or 'If'}/{outer}"))
-        del folded.graph.node[:]
-        folded.graph.node.extend(nodes)
+        changed = False
+        for k in sorted(decided, reverse=True):
+            changed |= _splice(folded.graph, k, decided[k])
+        if not changed:
+            return model
         model = folded
     return model
 
 
-class _Known:
-    """Values computable before the model runs, found on demand."""
+def _splice(graph: onnx.GraphProto, index: int, taken: bool) -> bool:
+    """Replace node ``index`` (an If) by its ``taken`` branch; False where it cannot."""
+    node = graph.node[index]
+    branch = onnx.GraphProto()
+    branch.CopyFrom(next(a.g for a in node.attribute if a.name == ("then_branch" if taken else "else_branch")))
+    defined = {out for inner in branch.node for out in inner.output} | {t.name for t in branch.initializer}
+    outputs = {value.name for value in graph.output}
+    passed = {}  # outer -> the value the branch hands on unchanged
+    for inner, outer in zip(branch.output, node.output):
+        if not outer:
+            continue
+        if inner.name in defined:
+            _rename(branch, inner.name, outer)
+        elif outer in outputs:
+            return False  # (an outer value handed to a graph output: it would need a copy)
+        else:
+            passed[outer] = inner.name
+    rest = [n for k, n in enumerate(graph.node) if k != index]
+    for outer, inner in passed.items():
+        for other in rest:
+            _rename_uses(other, outer, inner)
+    graph.initializer.extend(branch.initializer)
+    del graph.node[:]
+    graph.node.extend(rest[:index] + list(branch.node) + rest[index:])
+    return True
 
-    def __init__(self, model: onnx.ModelProto):
-        self.graph = model.graph
-        self.opset = next((e.version for e in model.opset_import if e.domain in ("", "ai.onnx")), 1)
-        self.producer = {out: node for node in self.graph.node for out in node.output if out}
-        self.values = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer if _small(t.dims)}
-        self._shapes = None
-        self._failed: set = set()
 
-    def condition(self, name: str):
-        value = self.value(name)
-        if value is None or value.size != 1:
+def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """``old`` becomes ``new`` wherever ``graph`` (and the subgraphs in it) writes or reads it."""
+    for node in graph.node:
+        for k, name in enumerate(node.output):
+            if name == old:
+                node.output[k] = new
+        _rename_uses(node, old, new)
+    for tensor in graph.initializer:
+        if tensor.name == old:
+            tensor.name = new
+
+
+def _rename_uses(node: onnx.NodeProto, old: str, new: str) -> None:
+    for k, name in enumerate(node.input):
+        if name == old:
+            node.input[k] = new
+    for attribute in node.attribute:
+        for sub in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)):
+            _rename(sub, old, new)
+
+
+def cone(model: onnx.ModelProto, name: str, limit: int = 512) -> list[onnx.NodeProto] | None:
+    """The nodes ``name`` depends on, in graph order; None where one holds a subgraph (its
+    value is not for a plain import) or there are more than ``limit``."""
+    producer = {out: node for node in model.graph.node for out in node.output if out}
+    order = {id(node): k for k, node in enumerate(model.graph.node)}
+    found: dict[int, onnx.NodeProto] = {}
+    stack = [name]
+    while stack:
+        value = stack.pop()
+        node = producer.get(value)
+        if node is None or id(node) in found:
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
-        return bool(value.reshape(-1)[0])
-
-    def value(self, name: str, depth: int = 0):
-        if name in self.values:
-            return self.values[name]
-        if name in self._failed or depth > 64 or name not in self.producer:
+        found[id(node)] = node
+        if len(found) > limit:
             return None
-        node = self.producer[name]
-        found = self._evaluate(node, depth)
-        if found is None:
-            self._failed.add(name)
-            return None
-        for out, value in zip(node.output, found):
-            if out and value is not None:
-                self.values[out] = value
-        return self.values.get(name)
-
-    def _evaluate(self, node: onnx.NodeProto, depth: int):
-        if node.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                                      for a in node.attribute):
-            return None
-        if node.op_type in ("Shape", "Size"):
-            dims = self.shape(node.input[0])
-            if dims is None:
-                return None
-            if node.op_type == "Size":
-                return [np.array(int(np.prod(dims)), np.int64)] if all(isinstance(d, int) for d in dims) else None
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            part = dims[slice(attrs.get("start", 0), attrs.get("end"))]
-            return [np.array(part, np.int64)] if all(isinstance(d, int) for d in part) else None
-        inputs = [self.value(n, depth + 1) if n else None for n in node.input]
-        if any(n and v is None for n, v in zip(node.input, inputs)) \
-                or any(v is not None and v.size > LIMIT for v in inputs):
-            return None
-        return _run(node, inputs, self.opset)
-
-    def shape(self, name: str):
-        """The dims ONNX's shape inference finds for ``name`` (an int for a static dim,
-        None for another), or None when its rank is unknown."""
-        if self._shapes is None:
-            try:
-                inferred = onnx.shape_inference.infer_shapes(_top_level(self.graph, self.opset), strict_mode=False)
-                values = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
-            except Exception:  # noqa: BLE001 - inference failing: only the shapes the model states
-                values = list(self.graph.input) + list(self.graph.value_info) + list(self.graph.output)
-            self._shapes = {}
-            for value in values:
-                tensor = value.type.tensor_type
-                if value.type.HasField("tensor_type") and tensor.HasField("shape"):
-                    self._shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-            for tensor in self.graph.initializer:
-                self._shapes[tensor.name] = list(tensor.dims)
-        return self._shapes.get(name)
+        stack.extend(n for n in node.input if n)
+    return sorted(found.values(), key=lambda n: order[id(n)])
 
 
-def _top_level(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
-    return light(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+def light(model: onnx.ModelProto, limit: int = 1 << 16) -> onnx.ModelProto:
+    """``model`` for ONNX's shape inference: initializers over ``limit`` elements become
+    typed inputs (their values decide no shape; a large model's weights are not copied
+    through inference)."""
+    def small(dims) -> bool:
+        return int(np.prod(dims)) <= limit if len(dims) else True
 
-
-def light(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` for ONNX's shape inference: large initializers become typed inputs (their
-    values decide no shape; a large model's weights are not copied through inference)."""
-    if all(_small(t.dims) for t in model.graph.initializer):
+    if all(small(t.dims) for t in model.graph.initializer):
         return model
     copied = onnx.ModelProto()
     copied.CopyFrom(model)
-    kept = [t for t in copied.graph.initializer if _small(t.dims)]
+    kept = [t for t in copied.graph.initializer if small(t.dims)]
     listed = {value.name for value in copied.graph.input}  # (IR < 4 lists initializers as inputs too)
     typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in copied.graph.initializer
-             if not _small(t.dims) and t.name not in listed]
+             if not small(t.dims) and t.name not in listed]
     del copied.graph.initializer[:]
     copied.graph.initializer.extend(kept)
     copied.graph.input.extend(typed)
     return copied
 
 
-def _small(dims) -> bool:
-    return int(np.prod(dims)) <= LIMIT if len(dims) else True
-
-
-def _run(node: onnx.NodeProto, inputs: list, opset: int):
-    """One node on ONNX's reference implementation; None where it cannot run it."""
-    from onnx.reference import ReferenceEvaluator
-
-    try:
-        given = [f"in{k}" if n else "" for k, n in enumerate(node.input)]
-        single = helper.make_node(node.op_type, given, [f"out{k}" for k in range(len(node.output))])
-        single.attribute.extend(node.attribute)
-        graph = helper.make_graph([single], "one", [helper.make_tensor_value_info(g, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-                                                    for g, v in zip(given, inputs) if g], [
-            helper.make_empty_tensor_value_info(f"out{k}") for k in range(len(node.output))])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        feeds = {g: v for g, v in zip(given, inputs) if g}
-        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
-    except Exception:  # noqa: BLE001 - an op the reference cannot run here: the value stays unknown
-        return None
-
-
-__all__ = ["fold_conditionals"]
+__all__ = ["IF", "cone", "fold_conditionals", "light"]

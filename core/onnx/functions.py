@@ -33,16 +33,15 @@ EXPANDED = "plugrt.expanded"
 DEPTH = 4
 
 
-def expand_functions(model: onnx.ModelProto, registry) -> onnx.ModelProto:
+def expand_functions(model: onnx.ModelProto, registry, fold=None) -> onnx.ModelProto:
     """``model`` with its local functions inlined and every standard op that no plugin
     provides but ONNX defines as a function expanded; ``model`` itself when there is
-    nothing to do (it is never changed)."""
-    from plugrt.onnx.conditionals import fold_conditionals
-
+    nothing to do (it is never changed). ``fold(model)``, when given, runs before each
+    round (bodies branch on what shapes decide: AffineGrid's ``If`` nodes)."""
     if model.functions:
         model = _inline(model, "the model's local functions")
     for _ in range(DEPTH):
-        model = fold_conditionals(model)  # (bodies branch on what shapes decide: AffineGrid's)
+        model = fold(model) if fold is not None else model
         opsets = {"" if entry.domain in ("", "ai.onnx") else entry.domain: entry.version for entry in model.opset_import}
         wanted = [(k, node) for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
         if not wanted:
@@ -144,11 +143,6 @@ def _value_types(model: onnx.ModelProto) -> dict:
     types = {value.name: value.type for value in list(graph.input) + list(graph.value_info) + list(graph.output)}
     for tensor in graph.initializer:
         types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-    for node in graph.node:  # (Constant outputs: inference gives them; kept if it did not)
-        if node.op_type == "Constant" and node.output and node.output[0] not in types:
-            for attr in node.attribute:
-                if attr.name == "value":
-                    types[node.output[0]] = onnx.helper.make_tensor_type_proto(attr.t.data_type, list(attr.t.dims))
     return types
 
 

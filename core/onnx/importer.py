@@ -22,6 +22,7 @@ from plugrt.ir.infer import infer_graph
 from plugrt.ir.validate import validate_graph
 from plugrt.ir.tensor import TensorInfo
 from plugrt.onnx.checks import check_name, check_value_names, printable
+from plugrt.onnx.conditionals import cone, fold_conditionals
 from plugrt.onnx.functions import expand_functions
 from plugrt.plugin import OpPlugin, canonical_domain
 
@@ -118,8 +119,42 @@ def _graph_inputs(model: onnx.ModelProto) -> Graph:
     return graph
 
 
+def prepare_model(model: onnx.ModelProto, registry) -> onnx.ModelProto:
+    """The model as the importer takes it: functions expanded and ``If`` nodes that shapes
+    and constants decide replaced by their branch (:mod:`plugrt.onnx.functions`,
+    :mod:`plugrt.onnx.conditionals`); ``model`` itself is never changed."""
+    def evaluate(current: onnx.ModelProto, name: str):
+        return _known_value(current, name, registry)
+
+    model = expand_functions(model, registry, fold=lambda m: fold_conditionals(m, evaluate))
+    return fold_conditionals(model, evaluate)
+
+
+def _known_value(model: onnx.ModelProto, name: str, registry):
+    """``name``'s value where the plugins' shape inference knows it before the model runs
+    (from initializers, constants and static dims), else None: the nodes it depends on are
+    imported on their own and inferred."""
+    nodes = cone(model, name)
+    if nodes is None:
+        return None
+    try:
+        graph = _graph_inputs(model)
+        opsets = graph.opsets
+        for index, proto in enumerate(nodes):
+            node = _node(proto, index, opsets)
+            op = registry.find_op(node.domain, node.op_type, node.opset)
+            if op is None:
+                return None
+            graph.add_node(node.replace(attrs=_attributes(proto, node, op)))
+        infer_graph(graph, registry)
+        info = graph.info(name)
+    except (PlugrtError, KeyError):  # (a node the plugins refuse here: the condition stays unknown)
+        return None
+    return None if info is None or info.value is None else np.asarray(info.value)
+
+
 def _build_graph(model: onnx.ModelProto, registry) -> Graph:
-    model = expand_functions(model, registry)
+    model = prepare_model(model, registry)
     graph = _graph_inputs(model)
     opsets, proto = graph.opsets, model.graph
     nodes = [_node(proto_node, index, opsets) for index, proto_node in enumerate(proto.node)]
@@ -270,7 +305,7 @@ def support_report(source: Any, registry=None) -> list[dict]:
         registry = default_registry()
     from plugrt.ir.infer import infer_node
 
-    model = expand_functions(load_model(source), registry)
+    model = prepare_model(load_model(source), registry)
     graph = _graph_inputs(model)
     opsets, proto = graph.opsets, model.graph
     report = []
