@@ -44,10 +44,11 @@ def main() -> int:
         lines = [line for line in done.stdout.splitlines() if line.startswith(name)]
         return lines[-1] if lines else f"{name}: CRASHED (exit {done.returncode}) {done.stderr[-300:]}"
 
+    results = []
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(one, names))
-    for line in results:
-        print(line, flush=True)
+        for line in pool.map(one, names):  # (in order, each as soon as it and those before it end)
+            print(line, flush=True)
+            results.append(line)
     failed = [line for line in results if ": OK" not in line]
     print(f"{len(results) - len(failed)} of {len(results)} OK")
     return 1 if failed else 0
