@@ -137,8 +137,13 @@ def _known_value(model: onnx.ModelProto, name: str, registry):
     nodes = cone(model, name)
     if nodes is None:
         return None
+    needed = {n for node in nodes for n in node.input}
+    slim = onnx.ModelProto()  # (only what the nodes read: a large model's weights stay where they are)
+    slim.opset_import.extend(model.opset_import)
+    slim.graph.initializer.extend(t for t in model.graph.initializer if t.name in needed)
+    slim.graph.input.extend(v for v in model.graph.input if v.name in needed)
     try:
-        graph = _graph_inputs(model)
+        graph = _graph_inputs(slim)
         opsets = graph.opsets
         for index, proto in enumerate(nodes):
             node = _node(proto, index, opsets)
