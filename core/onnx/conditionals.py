@@ -20,7 +20,9 @@ from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import helper
+
+from plugrt.onnx.functions import copy_model
+from plugrt.plugin import canonical_domain
 
 #: The control-flow op this module folds (the one op the importer takes apart itself).
 IF = "If"
@@ -31,7 +33,7 @@ def fold_conditionals(model: onnx.ModelProto, evaluate: Callable) -> onnx.ModelP
     by its taken branch (again for ``If`` nodes the branches held); ``model`` itself when
     none is. ``evaluate`` returns the condition's value or None."""
     for _ in range(8):
-        ifs = [k for k, node in enumerate(model.graph.node) if node.op_type == IF and node.domain in ("", "ai.onnx")]
+        ifs = [k for k, node in enumerate(model.graph.node) if node.op_type == IF and not canonical_domain(node.domain)]
         decided = {}
         for k in ifs:
             value = evaluate(model, model.graph.node[k].input[0])
@@ -39,8 +41,7 @@ def fold_conditionals(model: onnx.ModelProto, evaluate: Callable) -> onnx.ModelP
                 decided[k] = bool(np.asarray(value).reshape(-1)[0])
         if not decided:
             return model
-        folded = onnx.ModelProto()
-        folded.CopyFrom(model)
+        folded = copy_model(model)
         changed = False
         for k in sorted(decided, reverse=True):
             changed |= _splice(folded.graph, k, decided[k])
@@ -119,25 +120,4 @@ def cone(model: onnx.ModelProto, name: str, limit: int = 512) -> list[onnx.NodeP
     return sorted(found.values(), key=lambda n: order[id(n)])
 
 
-def light(model: onnx.ModelProto, limit: int = 1 << 16) -> onnx.ModelProto:
-    """``model`` for ONNX's shape inference: initializers over ``limit`` elements become
-    typed inputs (their values decide no shape; a large model's weights are not copied
-    through inference)."""
-    def small(dims) -> bool:
-        return int(np.prod(dims)) <= limit if len(dims) else True
-
-    if all(small(t.dims) for t in model.graph.initializer):
-        return model
-    copied = onnx.ModelProto()
-    copied.CopyFrom(model)
-    kept = [t for t in copied.graph.initializer if small(t.dims)]
-    listed = {value.name for value in copied.graph.input}  # (IR < 4 lists initializers as inputs too)
-    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in copied.graph.initializer
-             if not small(t.dims) and t.name not in listed]
-    del copied.graph.initializer[:]
-    copied.graph.initializer.extend(kept)
-    copied.graph.input.extend(typed)
-    return copied
-
-
-__all__ = ["IF", "cone", "fold_conditionals", "light"]
+__all__ = ["IF", "cone", "fold_conditionals"]

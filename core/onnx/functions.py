@@ -25,31 +25,39 @@ import onnx.defs
 import onnx.inliner
 import onnx.shape_inference
 
+import numpy as np
+
 from plugrt.errors import ModelError
+from plugrt.onnx.checks import printable
+from plugrt.plugin import canonical_domain
 
 #: The domain an expanded standard op's body is inlined through (gone once inlined).
 EXPANDED = "plugrt.expanded"
 #: Bodies may call further function ops (expanded again): at most this deep.
 DEPTH = 4
+#: Initializers over this many elements reach ONNX's shape inference as typed inputs only.
+LIGHT_ELEMENTS = 1 << 16
 
 
 def expand_functions(model: onnx.ModelProto, registry, fold=None) -> onnx.ModelProto:
     """``model`` with its local functions inlined and every standard op that no plugin
     provides but ONNX defines as a function expanded; ``model`` itself when there is
     nothing to do (it is never changed). ``fold(model)``, when given, runs before each
-    round (bodies branch on what shapes decide: AffineGrid's ``If`` nodes)."""
+    round and after the last (bodies branch on what shapes decide: AffineGrid's ``If``)."""
+    fold = fold or (lambda m: m)
     if model.functions:
         model = _inline(model, "the model's local functions")
     for _ in range(DEPTH):
-        model = fold(model) if fold is not None else model
-        opsets = {"" if entry.domain in ("", "ai.onnx") else entry.domain: entry.version for entry in model.opset_import}
-        wanted = [(k, node) for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
+        model = fold(model)
+        opsets = {canonical_domain(entry.domain): entry.version for entry in model.opset_import}
+        wanted = [k for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
         if not wanted:
             return model
-        model = _copy(model)
-        types = _value_types(model) if any(_schema(n, opsets).has_context_dependent_function for _, n in wanted) else {}
+        model = copy_model(model)
+        types = _value_types(model) if any(_schema(model.graph.node[k], opsets).has_context_dependent_function
+                                           for k in wanted) else {}
         expanded = 0
-        for k, _ in wanted:
+        for k in wanted:
             node = model.graph.node[k]
             try:
                 body = _body(node, opsets, types)
@@ -65,20 +73,16 @@ def expand_functions(model: onnx.ModelProto, registry, fold=None) -> onnx.ModelP
         if not expanded:
             return model
         model.opset_import.append(onnx.helper.make_opsetid(EXPANDED, 1))
-        labels = ", ".join(f"node {printable_name(model.graph.node[k], k)}" for k, _ in wanted)
+        labels = ", ".join(f"node {printable(model.graph.node[k].name or model.graph.node[k].op_type)}" for k in wanted)
         model = _inline(model, labels)
         kept = [entry for entry in model.opset_import if entry.domain != EXPANDED]
         del model.opset_import[:]
         model.opset_import.extend(kept)
-    return model
-
-
-def printable_name(node: onnx.NodeProto, index: int) -> str:
-    return repr(node.name or f"{node.op_type}_{index}")
+    return fold(model)
 
 
 def _schema(node: onnx.NodeProto, opsets: dict):
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = canonical_domain(node.domain)
     if domain not in opsets:
         return None
     try:
@@ -88,7 +92,7 @@ def _schema(node: onnx.NodeProto, opsets: dict):
 
 
 def _expandable(node: onnx.NodeProto, opsets: dict, registry) -> bool:
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = canonical_domain(node.domain)
     if domain not in opsets or registry.find_op(domain, node.op_type, opsets[domain]) is not None:
         return False
     schema = _schema(node, opsets)
@@ -99,7 +103,7 @@ def _body(node: onnx.NodeProto, opsets: dict, types: dict) -> onnx.FunctionProto
     """This node's function body at the model's opset, or None where ONNX cannot build it
     (a context-dependent body whose inputs' types shape inference did not find)."""
     schema = _schema(node, opsets)
-    opset = opsets["" if node.domain in ("", "ai.onnx") else node.domain]
+    opset = opsets[canonical_domain(node.domain)]
     if schema.has_context_dependent_function:
         given = []
         for name in node.input:
@@ -133,8 +137,6 @@ def _fill_defaults(node: onnx.NodeProto, schema) -> None:
 
 def _value_types(model: onnx.ModelProto) -> dict:
     """Every value's type that ONNX's shape inference finds (inputs, initializers, the rest)."""
-    from plugrt.onnx.conditionals import light
-
     try:
         inferred = onnx.shape_inference.infer_shapes(light(model), strict_mode=False)
     except Exception:  # noqa: BLE001 - inference failing on a node: only what the model states
@@ -146,7 +148,27 @@ def _value_types(model: onnx.ModelProto) -> dict:
     return types
 
 
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def light(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for ONNX's shape inference: initializers over :data:`LIGHT_ELEMENTS` become
+    typed inputs (their values decide no type; a large model's weights are not copied
+    through inference)."""
+    def small(dims) -> bool:
+        return int(np.prod(dims)) <= LIGHT_ELEMENTS if len(dims) else True
+
+    if all(small(t.dims) for t in model.graph.initializer):
+        return model
+    copied = copy_model(model)
+    kept = [t for t in copied.graph.initializer if small(t.dims)]
+    listed = {value.name for value in copied.graph.input}  # (IR < 4 lists initializers as inputs too)
+    typed = [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in copied.graph.initializer
+             if not small(t.dims) and t.name not in listed]
+    del copied.graph.initializer[:]
+    copied.graph.initializer.extend(kept)
+    copied.graph.input.extend(typed)
+    return copied
+
+
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     copied = onnx.ModelProto()
     copied.CopyFrom(model)
     return copied
@@ -160,4 +182,4 @@ def _inline(model: onnx.ModelProto, what: str) -> onnx.ModelProto:
                          f"{exc}); export the model without functions (or install a plugin for the op)") from None
 
 
-__all__ = ["EXPANDED", "expand_functions"]
+__all__ = ["EXPANDED", "copy_model", "expand_functions", "light"]

@@ -126,8 +126,7 @@ def prepare_model(model: onnx.ModelProto, registry) -> onnx.ModelProto:
     def evaluate(current: onnx.ModelProto, name: str):
         return _known_value(current, name, registry)
 
-    model = expand_functions(model, registry, fold=lambda m: fold_conditionals(m, evaluate))
-    return fold_conditionals(model, evaluate)
+    return expand_functions(model, registry, fold=lambda m: fold_conditionals(m, evaluate))
 
 
 def _known_value(model: onnx.ModelProto, name: str, registry):
