@@ -166,6 +166,14 @@ class OpPlugin(OpIdentity):
         """Refuse what this plugin does not implement, by raising :class:`UnsupportedError`
         (use :meth:`unsupported`). Called before :meth:`infer`; the default accepts all."""
 
+    def declines(self, node: "Node") -> str | None:
+        """For an op ONNX defines as a function of other ops (``Attention``, ``SwiGLU``, ...):
+        why this plugin leaves ``node`` to that function body, or ``None`` (the default): it
+        takes the node. The importer expands a declined node into its ONNX body instead of
+        keeping it (attributes and optional inputs or outputs the plugin does not implement).
+        Only the node is known here (attributes given, defaults filled), not its shapes."""
+        return None
+
     def infer(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> list[TensorInfo]:
         """Return the outputs' dtypes and shapes (symbolic dims allowed).
 

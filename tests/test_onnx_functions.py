@@ -1,8 +1,9 @@
 """Nodes that are functions (``plugrt.onnx.functions``): a model's local functions (what
 ``torch.onnx.export(..., export_modules_as_functions=...)`` and onnxscript write) are
-inlined, and standard ops ONNX defines as functions that no plugin provides (Attention at
-opset 23, what PyTorch's exporter writes for SDPA at that opset) are expanded into the ops
-they are made of; built engines match onnxruntime on random inputs."""
+inlined, and standard ops ONNX defines as functions that no plugin provides, or that a
+plugin declines (Attention at opset 23, what PyTorch's exporter writes for SDPA at that
+opset, without the contrib attention plugin), are expanded into the ops they are made of;
+built engines match onnxruntime on random inputs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from plugrt import hookimpl
 from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
 from plugrt.errors import UnsupportedError
 from plugrt.onnx.importer import import_model, support_report
+from plugrt.plugin import Attr, OpPlugin, TensorInfo
+from plugrt.registry import Registry
 
 FLOAT = TensorProto.FLOAT
 
@@ -24,7 +28,7 @@ def ort(model, feeds):
     return session.run(None, feeds)
 
 
-def matches_over_a_dynamic_batch(model, rng, max_batch: int = 4) -> None:
+def matches_over_a_dynamic_batch(model, rng, max_batch: int = 4, registry=None) -> None:
     """Built over batches 1..``max_batch`` (opt 2) of the model's one input, run at 1 and 3
     on fresh random inputs, its first output against onnxruntime's."""
     value, output = model.graph.input[0], model.graph.output[0].name
@@ -32,7 +36,7 @@ def matches_over_a_dynamic_batch(model, rng, max_batch: int = 4) -> None:
     config = BuilderConfig(progress=False, tf32=False)
     config.add_optimization_profile(OptimizationProfile().set_shape(value.name, (1, *rest), (2, *rest),
                                                                     (max_batch, *rest)))
-    context = Builder().build_engine(model, config).create_execution_context()
+    context = Builder(registry).build_engine(model, config).create_execution_context()
     for batch in (1, 3):
         x = rng.standard_normal((batch, *rest)).astype(np.float32)
         np.testing.assert_allclose(context.execute({value.name: x})[output], ort(model, {value.name: x})[0],
@@ -103,10 +107,52 @@ def test_local_functions_are_inlined_with_their_attributes_and_nested_calls(rng)
     matches_over_a_dynamic_batch(model, rng)
 
 
+def without(plugin: str) -> Registry:
+    """The installed plugins less ``plugin``."""
+    return Registry.load(allow=[name for name in Registry.load().plugins if name != plugin])
+
+
 def test_the_standard_attention_op_is_expanded_where_no_plugin_provides_it(rng):
-    model = attention_23()
-    assert "Attention" not in {node.op_type for node in import_model(model).nodes}
-    matches_over_a_dynamic_batch(model, rng, max_batch=3)
+    model, registry = attention_23(), without("contrib-attention")  # (which provides it)
+    assert "Attention" not in {node.op_type for node in import_model(model, registry).nodes}
+    matches_over_a_dynamic_batch(model, rng, max_batch=3, registry=registry)
+
+
+class Hamming(OpPlugin):
+    """HammingWindow (an ONNX function op) for the periodic window only."""
+
+    op_type, since_opset = "HammingWindow", 17
+    attributes = (Attr("periodic", "int", 1), Attr("output_datatype", "int", 1))
+
+    def declines(self, node):
+        return None if node.attrs["periodic"] else "symmetric windows"
+
+    def infer(self, node, inputs):
+        return [TensorInfo(np.dtype(np.float32), ("n",))]
+
+    def reference(self, node, inputs):
+        n = np.arange(int(inputs[0]))
+        return [(25 / 46 - 21 / 46 * np.cos(2 * np.pi * n / len(n))).astype(np.float32)]
+
+
+class HammingPlugin:
+    @hookimpl
+    def plugrt_ops(self):
+        return [Hamming()]
+
+
+@pytest.mark.parametrize("periodic", [1, 0])
+def test_a_plugin_declines_a_function_op_node_it_does_not_implement(periodic):
+    """A plugin's ``declines`` leaves a node to the op's ONNX body (here: the symmetric
+    window); a node it takes stays one node, its plugin's."""
+    registry = Registry.load()
+    registry.register(HammingPlugin(), name="test-hamming")
+    node = helper.make_node("HammingWindow", ["size"], ["w"], periodic=periodic)
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("w", FLOAT, ["n"])],
+                              [numpy_helper.from_array(np.array(6, np.int64), "size")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ops = {node.op_type for node in import_model(model, registry, infer=False).nodes}
+    assert ("HammingWindow" in ops) == bool(periodic), ops
 
 
 def test_check_reports_expanded_nodes_as_supported():

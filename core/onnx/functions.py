@@ -11,14 +11,18 @@ Two kinds reach the importer:
   the losses.
 
 A standard op a plugin provides stays one node (a plugin's kernel beats the ops of its
-body). One no plugin provides is replaced by its schema's body for this node (a
-context-dependent body is built from the node's attributes and its inputs' types, which
-ONNX's shape inference gives), and local functions are inlined, by ONNX's own inliner,
-which also converts a body written for another opset to the model's. What remains
-unsupported after that is reported as before, by node.
+body), unless the plugin declines that node (:meth:`plugrt.plugin.OpPlugin.declines`: an
+attribute or optional input it does not implement). One that no plugin provides, or that
+its plugin declines, is replaced by its schema's body for this node (a context-dependent
+body is built from the node's attributes and its inputs' types, which ONNX's shape
+inference gives), and local functions are inlined, by ONNX's own inliner, which also
+converts a body written for another opset to the model's. What remains unsupported after
+that is reported as before, by node.
 """
 
 from __future__ import annotations
+
+import logging
 
 import onnx
 import onnx.defs
@@ -30,6 +34,8 @@ import numpy as np
 from plugrt.errors import ModelError
 from plugrt.onnx.checks import printable
 from plugrt.plugin import canonical_domain
+
+log = logging.getLogger("plugrt.builder")
 
 #: The domain an expanded standard op's body is inlined through (gone once inlined).
 EXPANDED = "plugrt.expanded"
@@ -93,10 +99,31 @@ def _schema(node: onnx.NodeProto, opsets: dict):
 
 def _expandable(node: onnx.NodeProto, opsets: dict, registry) -> bool:
     domain = canonical_domain(node.domain)
-    if domain not in opsets or registry.find_op(domain, node.op_type, opsets[domain]) is not None:
+    if domain not in opsets:
         return False
+    op = registry.find_op(domain, node.op_type, opsets[domain])
     schema = _schema(node, opsets)
-    return schema is not None and (schema.has_function or schema.has_context_dependent_function)
+    if schema is None or not (schema.has_function or schema.has_context_dependent_function):
+        return False
+    return op is None or _declined(op, node, opsets[domain])
+
+
+def _declined(op, proto: onnx.NodeProto, opset: int) -> bool:
+    """Whether the plugin providing ``proto``'s op leaves it to its function body
+    (:meth:`plugrt.plugin.OpPlugin.declines`)."""
+    from plugrt.ir.graph import Node
+
+    attrs = {attr.name: attr.default for attr in op.attributes}
+    for attribute in proto.attribute:
+        value = onnx.helper.get_attribute_value(attribute)
+        attrs[attribute.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    node = Node(proto.name or proto.op_type, proto.op_type, canonical_domain(proto.domain), tuple(proto.input),
+                tuple(proto.output), attrs, opset, ())
+    reason = op.declines(node)
+    if reason:
+        log.info("node %s: plugin %s declines it (%s); expanded into its ONNX function body",
+                 printable(node.name), type(op).__name__, reason)
+    return bool(reason)
 
 
 def _body(node: onnx.NodeProto, opsets: dict, types: dict) -> onnx.FunctionProto | None:

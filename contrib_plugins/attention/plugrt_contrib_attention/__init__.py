@@ -1,7 +1,9 @@
 """plugrt-contrib-attention: fused multi-head attention for plugrt.
 
 Provides the op ``plugrt.contrib::MultiHeadAttention`` (:mod:`.op`; its kernels in
-:mod:`.simt` and :mod:`.tensor_cores`, ordered in :mod:`.tactics`) and the graph pass
+:mod:`.simt` and :mod:`.tensor_cores`, ordered in :mod:`.tactics`), the standard ONNX
+``Attention`` (opset 23 on, what PyTorch exports SDPA as there) on the same kernels
+(:mod:`.standard`), and the graph pass
 ``fuse_attention`` (:mod:`.fuse`), which replaces the
 attention subgraph of exported transformers by it, and then ``pack_projections``
 (:mod:`.pack`), which makes its Q, K and V projections of one input one GEMM that it reads
@@ -19,6 +21,7 @@ from plugrt.plugin import GraphPass
 
 from plugrt_contrib_attention import fuse, pack, seq_first
 from plugrt_contrib_attention.op import MultiHeadAttention
+from plugrt_contrib_attention.standard import StandardAttention
 
 __version__ = "0.1.0"
 version = __version__
@@ -28,7 +31,7 @@ PLUGRT_API = (1, 1)
 
 @hookimpl
 def plugrt_ops():
-    return [MultiHeadAttention()]
+    return [MultiHeadAttention(), StandardAttention()]
 
 
 #: Fusion-stage priorities: the sequence-first rewrite and packing read what the attention

@@ -36,7 +36,7 @@ import numpy as np
 from plugrt.passes.pattern import (Rule, capture, const, either, fresh_name, is_scalar, make_node, op, origin_of,
                                    rewrite_matches)
 
-from plugrt_contrib_attention import heads, scales
+from plugrt_contrib_attention import heads, scales, standard
 from plugrt_contrib_attention.facts import Dims, not_fused
 from plugrt_contrib_attention.masks import causal_fill, mask_input, read_masking
 from plugrt_contrib_attention.op import DOMAIN, DTYPES, OP_TYPE, OPSET
@@ -181,7 +181,9 @@ RULES = [Rule("attention", ATTENTION, _fuse)]
 
 
 def run(graph, registry) -> int:
-    """Pin shape-computed scales (:mod:`.scales`), replace every matched attention subgraph
-    by one MultiHeadAttention node, then take the head layouts around the fused nodes into them."""
+    """Make standard ``Attention`` nodes MultiHeadAttention ones (:mod:`.standard`), pin
+    shape-computed scales (:mod:`.scales`), replace every matched attention subgraph by one
+    MultiHeadAttention node, then take the head layouts around the fused nodes into them."""
+    converted = standard.run(graph, registry)
     pinned = scales.run(graph, registry)
-    return pinned + rewrite_matches(graph, registry, RULES) + heads.run(graph, registry)
+    return converted + pinned + rewrite_matches(graph, registry, RULES) + heads.run(graph, registry)

@@ -11,11 +11,12 @@ from plugrt.registry import default_registry
 from plugrt.device import describe
 from plugrt.testing import ConformanceError, ConformanceReport, conformance_cases, single_node_model
 from plugrt_contrib_attention.op import MultiHeadAttention
+from plugrt_contrib_attention.standard import StandardAttention
 
 
-#: The plugin's examples, each its own test (the kit's cases of one example share its runs;
-#: one test of them all would be the suite's longest, on one core).
-EXAMPLES = len(MultiHeadAttention().examples())
+#: The plugin's examples (both ops'), each its own test (the kit's cases of one example share
+#: its runs; one test of them all would be the suite's longest, on one core).
+EXAMPLES = len(MultiHeadAttention().examples()) + len(StandardAttention().examples())
 
 
 @pytest.mark.parametrize("index", range(EXAMPLES))

@@ -1,0 +1,282 @@
+"""The standard ONNX ``Attention`` (opset 23 on) run as ``MultiHeadAttention``.
+
+``torch.onnx.export(..., opset_version=23)`` writes PyTorch's
+``scaled_dot_product_attention`` as this op. With no plugin for it the importer expands it
+into its ONNX function body (two MatMuls, a Softmax, and the body's glue for grouped heads,
+the causal bias and fully masked rows), which runs, but as a dozen kernels that the fusion
+pass does not recognize. This plugin takes the op itself:
+
+- :class:`StandardAttention` owns ``Attention`` for what it implements: Q, K and V 4-D
+  ``[B, H, S, D]``, or 3-D ``[B, S, H * D]`` with ``q_num_heads`` and ``kv_num_heads``;
+  grouped K/V heads (query head ``h`` reads K/V head ``h // (H / Hk)``, as ONNX repeats
+  them); an additive float mask or a boolean one (True: attend) broadcastable to
+  ``[B, H, Sq, Sk]``; ``is_causal`` (aligned to the upper left, as ONNX does without a
+  cache); ``scale`` (absent or 0: ``1 / sqrt(D)``). A query row that every key is masked
+  from gives zeros, as ONNX says. A node using what it does not implement (a KV cache:
+  ``past_key``/``past_value``; the ``present_key``, ``present_value`` or
+  ``qk_matmul_output`` outputs; ``nonpad_kv_seqlen``; ``softcap``; sliding windows) is
+  declined (:meth:`StandardAttention.declines`): the importer expands that node into its
+  ONNX body as before.
+- :func:`run`, the first step of the ``fuse_attention`` pass, replaces each such node by a
+  ``MultiHeadAttention`` node (a boolean mask, or one of another float dtype, becomes the
+  additive mask of Q's dtype through a ``Where`` or ``Cast`` node), so that the head split
+  and merge around it are taken into the op's layout (:mod:`.heads`) and its projections
+  packed (:mod:`.pack`). With that pass disabled the node runs the same kernels itself,
+  converting a boolean mask in its workspace first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from plugrt.kernels import cuda, flat, grid_1d, jit
+from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, optional
+from plugrt.passes.pattern import finish, make_node, origin_of, replace_node
+from plugrt.tactic import Launch
+
+from plugrt_contrib_attention.masks import Masking, mask_input
+from plugrt_contrib_attention.op import DOMAIN, DTYPES, OP_TYPE, OPSET, MultiHeadAttention
+
+#: Where a boolean or differently typed mask's additive copy starts after it in the workspace.
+ALIGN = 256
+BOOL = np.dtype(np.bool_)
+MASK_DTYPES = frozenset({BOOL, np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _present(names, index: int) -> bool:
+    return len(names) > index and bool(names[index])
+
+
+class StandardAttention(OpPlugin):
+    """ONNX ``Attention`` (opsets 23 on) on the fused attention kernels (see the module doc)."""
+
+    op_type = "Attention"
+    domain = ""
+    since_opset = 23
+    inputs = (3, 7)
+    outputs = (1, 4)
+    attributes = (Attr("is_causal", "int", 0), Attr("q_num_heads", "int", 0), Attr("kv_num_heads", "int", 0),
+                  Attr("scale", "float", None), Attr("softcap", "float", 0.0), Attr("softmax_precision", "int", None),
+                  Attr("qk_matmul_output_mode", "int", 0), Attr("left_window_size", "int", -1),
+                  Attr("right_window_size", "int", -1))
+    dtypes = DTYPES | MASK_DTYPES
+
+    def declines(self, node):
+        if _present(node.inputs, 4) or _present(node.inputs, 5):
+            return "a KV cache (past_key, past_value)"
+        if _present(node.inputs, 6):
+            return "nonpad_kv_seqlen"
+        if any(node.outputs[1:]):
+            return "the present_key, present_value or qk_matmul_output outputs"
+        if node.attrs.get("softcap"):
+            return f"softcap={node.attrs['softcap']}"
+        if node.attrs.get("left_window_size", -1) != -1 or node.attrs.get("right_window_size", -1) != -1:
+            return "a sliding window"
+        return None
+
+    def check(self, node, inputs):
+        why = self.declines(node)
+        if why:
+            raise self.unsupported(node, why, "export without it (the importer expands such a node into its "
+                                   "ONNX function body when the model is imported)")
+        q, k, v = inputs[:3]
+        mask = optional(inputs, 3)
+        if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+            raise self.unsupported(node, f"Q, K, V of dtypes {q.dtype}, {k.dtype}, {v.dtype}",
+                                   "give Q, K and V one dtype, float16 or float32")
+        if mask is not None and mask.dtype not in MASK_DTYPES:
+            raise self.unsupported(node, f"a mask of dtype {mask.dtype}", "give a boolean or float mask")
+        if q.rank not in (3, 4) or k.rank != q.rank or v.rank != q.rank:
+            raise self.unsupported(node, f"Q, K, V of ranks {q.rank}, {k.rank}, {v.rank}",
+                                   "give all three 4-D [B, H, S, D] or 3-D [B, S, H * D]")
+        if q.rank == 3 and not (node.attrs.get("q_num_heads") and node.attrs.get("kv_num_heads")):
+            raise self.unsupported(node, "3-D Q, K, V without q_num_heads and kv_num_heads",
+                                   "say how many heads Q and K/V hold")
+
+    def infer(self, node, inputs):
+        q, k = inputs[0], inputs[1]
+        mask = optional(inputs, 3)
+        if mask is not None and mask.rank:
+            keys, given = k.shape[-2] if k.rank == 4 else k.shape[1], mask.shape[-1]
+            if isinstance(keys, int) and isinstance(given, int) and keys != given:
+                raise self.unsupported(node, f"a mask of {given} keys for {keys} keys (ONNX pads a shorter mask "
+                                       "with -inf)", "give the mask one entry per key")
+        return MultiHeadAttention().infer(as_multi_head(node), _mha_inputs(inputs))
+
+    def reference(self, node, inputs):
+        q, k, v = (np.asarray(x, dtype=np.float64) for x in inputs[:3])
+        mask = optional(inputs, 3)
+        three_d = q.ndim == 3
+        if three_d:
+            q = _heads_first(q, node.attrs["q_num_heads"])
+            k = _heads_first(k, node.attrs["kv_num_heads"])
+            v = _heads_first(v, node.attrs["kv_num_heads"])
+        heads, sq, sk = q.shape[1], q.shape[2], k.shape[2]
+        k = np.repeat(k, heads // k.shape[1], axis=1)
+        v = np.repeat(v, heads // v.shape[1], axis=1)
+        scale = node.attrs.get("scale")
+        scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
+        scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        bias = np.zeros((sq, sk))
+        if node.attrs.get("is_causal"):
+            bias = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None], 0.0, -np.inf)
+        if mask is not None:
+            mask = np.asarray(mask)
+            bias = bias + (np.where(mask, 0.0, -np.inf) if mask.dtype == BOOL else mask.astype(np.float64))
+        bias = np.broadcast_to(bias, scores.shape)
+        scores = scores + bias
+        with np.errstate(invalid="ignore"):
+            peak = np.max(scores, axis=-1, keepdims=True)
+            weights = np.exp(scores - np.where(np.isneginf(peak), 0.0, peak))
+            total = np.sum(weights, axis=-1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+        weights = np.where(np.isneginf(np.max(bias, axis=-1, keepdims=True)), 0.0, weights)  # fully masked rows
+        out = np.matmul(weights, v)
+        if three_d:
+            out = np.swapaxes(out, 1, 2).reshape(out.shape[0], sq, -1)
+        return [out.astype(inputs[0].dtype)]
+
+    def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
+        found = MultiHeadAttention().tactics(as_multi_head(node), _mha_inputs(inputs), outputs, wanted=wanted)
+        mask = optional(inputs, 3)
+        if mask is None or mask.dtype == inputs[0].dtype:
+            return found
+        return [_converting(tactic, mask, inputs[0].dtype) for tactic in found]
+
+    def serialize(self, node):
+        return {}
+
+    def examples(self):
+        f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+        tol = dict(rtol=1e-4, atol=1e-5)
+
+        def qkv(dtype, b, h, hk, sq, sk, d, dv):
+            return (TensorInfo(dtype, (b, h, sq, d)), TensorInfo(dtype, (b, hk, sk, d)),
+                    TensorInfo(dtype, (b, hk, sk, dv)))
+
+        keep = np.array([[True, True, False, True, True], [False] * 5, [True] * 5, [False, True, True, True, True]])
+        return [
+            Example(qkv(f32, 1, 1, 1, 3, 5, 4, 4), name="4-D, default scale", **tol),
+            Example(qkv(f32, 1, 2, 1, 4, 4, 4, 4), {"is_causal": 1, "scale": 0.3},
+                    name="is_causal with a scale, grouped K/V heads", **tol),
+            Example((TensorInfo(f32, (1, 3, 8)), TensorInfo(f32, (1, 5, 4)), TensorInfo(f32, (1, 5, 6))),
+                    {"q_num_heads": 2, "kv_num_heads": 1}, name="3-D, grouped heads, Dv != D", **tol),
+            Example(qkv(f32, 1, 2, 2, 4, 5, 4, 4) + (keep,), name="boolean mask, a fully masked row", **tol),
+            Example(qkv(f32, 2, 1, 1, 3, 4, 4, 4) + (TensorInfo(f32, (2, 1, 1, 4)),), {"is_causal": 1},
+                    name="additive mask and causal", **tol),
+            Example(qkv(f16, 1, 1, 1, 3, 4, 8, 8) + (TensorInfo(f32, (3, 4)),), name="float16, float32 mask",
+                    rtol=1e-2, atol=1e-3),
+        ]
+
+
+def as_multi_head(node):
+    """``node`` as the ``MultiHeadAttention`` node computing the same (its inputs unchanged;
+    a mask the caller has made additive in Q's dtype)."""
+    three_d = bool(node.attrs.get("q_num_heads")) and bool(node.attrs.get("kv_num_heads"))
+    attrs = {"scale": node.attrs.get("scale"), "guard_nan": 1, "causal": 1 if node.attrs.get("is_causal") else 0,
+             "causal_fill": None, "layout": "bsh,bsh,bsh,bsh" if three_d else "bhsd,bhsd,bhsd,bhsd",
+             "num_heads": node.attrs.get("q_num_heads") or 0, "kv_num_heads": node.attrs.get("kv_num_heads") or 0,
+             "mask_period": 0, "packed": None}
+    return node.replace(op_type=OP_TYPE, domain=DOMAIN, opset=OPSET, attrs=attrs)
+
+
+def _mha_inputs(inputs) -> list:
+    """The inputs' infos as the fused op reads them: the mask additive, of Q's dtype."""
+    mask = optional(inputs, 3)
+    found = list(inputs[:3])
+    if mask is not None:
+        found.append(TensorInfo(inputs[0].dtype, mask.shape))
+    return found
+
+
+def _heads_first(x: np.ndarray, heads: int) -> np.ndarray:
+    """``[B, S, H * D]`` as ``[B, H, S, D]``."""
+    return np.swapaxes(x.reshape(x.shape[0], x.shape[1], heads, -1), 1, 2)
+
+
+# --------------------------------------------------------------------------- the graph pass
+
+
+def run(graph, registry) -> int:
+    """Replace each ``Attention`` node this plugin takes by a ``MultiHeadAttention`` node."""
+    count = 0
+    for node in [n for n in graph.nodes if n.op_type == "Attention" and not n.domain]:
+        inputs = [graph.info(name) if name else None for name in node.inputs]
+        if any(info is None for info in inputs[:3]) or _refused(node, inputs):
+            continue
+        mask = optional(inputs, 3)
+        names = list(node.inputs[:3])
+        if mask is not None:
+            dtype, base, origin = inputs[0].dtype, node.name, [node]
+            if mask.dtype == BOOL:
+                masked = mask_input(graph, registry, Masking(wheres=[(node.inputs[3], True)]), dtype, base, origin)
+            elif mask.dtype != dtype:
+                masked = f"{base}/mask_{dtype}"
+                cast = make_node(graph, registry, "Cast", [node.inputs[3]], [masked], {"to": _onnx_type(dtype)},
+                                 opset=graph.opsets.get("", 13), name=masked, origin=origin_of(origin))
+                graph.add_node(cast)
+            else:
+                masked = node.inputs[3]
+            names.append(masked)
+        fused = as_multi_head(node).replace(inputs=tuple(names), outputs=node.outputs[:1])
+        replace_node(graph, node, fused)
+        graph.opsets.setdefault(DOMAIN, OPSET)
+        count += 1
+    if count:
+        finish(graph, registry)
+    return count
+
+
+def _refused(node, inputs) -> bool:
+    try:
+        StandardAttention().check(node, inputs)
+        StandardAttention().infer(node, inputs)
+    except Exception:  # noqa: BLE001 - whatever the op refuses stays the op's, to report
+        return True
+    return False
+
+
+def _onnx_type(dtype) -> int:
+    import onnx.helper
+
+    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+# --------------------------------------------------------------------------- a boolean mask, run by the op itself
+
+
+@jit
+def _additive_from_bool(mask, out, n, zero, minus_inf):
+    start, step = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, n, step):
+        out[i] = zero if mask[i] else minus_inf
+
+
+@jit
+def _additive_cast(mask, out, n, zero, minus_inf):
+    start, step = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, n, step):
+        out[i] = mask[i]
+
+
+def _converting(tactic, mask: TensorInfo, dtype):
+    """``tactic`` reading a mask of another dtype: the additive mask of ``dtype`` is made in
+    the front of its workspace first."""
+    shape = tuple(int(d) for d in mask.shape)
+    count = max(math.prod(shape), 1)
+    room = -(-count * np.dtype(dtype).itemsize // ALIGN) * ALIGN
+    kernel = _additive_from_bool if mask.dtype == BOOL else _additive_cast
+    typed = np.dtype(dtype).type
+
+    def launches(ins, outs, workspace):
+        additive = workspace[:count * np.dtype(dtype).itemsize].view(dtype)
+        blocks, threads = grid_1d(count)
+        convert = Launch(kernel, blocks, threads, (flat(ins[3]), additive, np.int64(count), typed(0),
+                                                   typed(-np.inf)))
+        rest = workspace[room:] if tactic.workspace_bytes else None
+        return [convert] + list(tactic.launches(list(ins[:3]) + [additive.reshape(shape)], outs, rest))
+
+    return dataclasses.replace(tactic, launches=launches, workspace_bytes=room + tactic.workspace_bytes)
