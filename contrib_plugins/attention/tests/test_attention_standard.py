@@ -1,0 +1,137 @@
+"""The standard ONNX ``Attention`` (opset 23) as exporters write it: built engines run it as
+one MultiHeadAttention (the head split and merge around it taken into the op's layout) and
+match onnxruntime on fresh inputs, over dynamic dims; nodes the plugin does not implement
+are expanded into their ONNX body and still match; with the fusion pass disabled the op
+runs the same kernels itself."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+from plugrt.onnx.importer import import_model
+from plugrt.registry import default_registry
+from plugrt_contrib_attention.op import DOMAIN, OP_TYPE
+
+ort = pytest.importorskip("onnxruntime")
+FLOAT = TensorProto.FLOAT
+MHA = f"{DOMAIN}::{OP_TYPE}"
+EXPORTS = pathlib.Path(__file__).resolve().parents[3] / "tests" / "data" / "exports"
+
+
+def projected(rng, *, heads=2, kv_heads=1, head=4, three_d=False, mask=None, attrs=None, hidden=8):
+    """x ``[batch, seq, hidden]`` projected to Q (``heads``) and K, V (``kv_heads``), the
+    ``Attention`` node over them (4-D after PyTorch's head split, or 3-D), the heads merged
+    back and projected out. ``mask``: ``None``, ``"bool"`` or ``"float"``, a graph input
+    ``mask`` of shape ``[batch, 1, seq, seq]``."""
+    w = {name: numpy_helper.from_array((rng.standard_normal((hidden, width)) / 3).astype(np.float32), name)
+         for name, width in (("wq", heads * head), ("wk", kv_heads * head), ("wv", kv_heads * head),
+                             ("wo", hidden))}
+    w["wo"] = numpy_helper.from_array((rng.standard_normal((heads * head, hidden)) / 3).astype(np.float32), "wo")
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("q_split", [0, 0, heads, head]), ("kv_split", [0, 0, kv_heads, head]), ("merge", [0, 0, heads * head]))]
+    nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [f"{n}p"]) for n in "qkv"]
+    if three_d:
+        ins = ["qp", "kp", "vp"]
+        attrs = dict(attrs or {}, q_num_heads=heads, kv_num_heads=kv_heads)
+    else:
+        for n in "qkv":
+            nodes += [helper.make_node("Reshape", [f"{n}p", "q_split" if n == "q" else "kv_split"], [f"{n}s"]),
+                      helper.make_node("Transpose", [f"{n}s"], [f"{n}h"], perm=[0, 2, 1, 3])]
+        ins = ["qh", "kh", "vh"]
+    inputs = [helper.make_tensor_value_info("x", FLOAT, ["batch", "seq", hidden])]
+    if mask is not None:
+        ins.append("mask")
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL if mask == "bool" else FLOAT,
+                                                    ["batch", 1, "seq", "seq"]))
+    nodes.append(helper.make_node("Attention", ins, ["a"], name="sdpa", **(attrs or {})))
+    if three_d:
+        nodes.append(helper.make_node("MatMul", ["a", "wo"], ["y"]))
+    else:
+        nodes += [helper.make_node("Transpose", ["a"], ["am"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", ["am", "merge"], ["ar"]), helper.make_node("MatMul", ["ar", "wo"], ["y"])]
+    graph = helper.make_graph(nodes, "attention23", inputs, [helper.make_tensor_value_info("y", FLOAT, ["batch", "seq", 8])],
+                              list(w.values()) + consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def feeds(model, rng, batch, seq):
+    found = {"x": rng.standard_normal((batch, seq, 8)).astype(np.float32)}
+    names = {value.name: value for value in model.graph.input}
+    if "mask" in names:
+        keep = rng.random((batch, 1, seq, seq)) < 0.7
+        keep[..., 0] = True  # (no row masked whole: onnxruntime and ONNX differ there)
+        found["mask"] = keep if names["mask"].type.tensor_type.elem_type == TensorProto.BOOL else \
+            np.where(keep, 0.0, -1e4).astype(np.float32)
+    return found
+
+
+def engine_of(model, passes=None, fp16=False):
+    config = BuilderConfig(progress=False, tf32=False, fp16=fp16)
+    if passes:
+        config.disabled_passes = set(passes)
+    profile = OptimizationProfile().set_shape("x", (1, 1, 8), (2, 4, 8), (2, 5, 8))
+    if any(value.name == "mask" for value in model.graph.input):
+        profile.set_shape("mask", (1, 1, 1, 1), (2, 1, 4, 4), (2, 1, 5, 5))
+    config.add_optimization_profile(profile)
+    return Builder(default_registry()).build_engine(model, config)
+
+
+def matches_onnxruntime(model, engine, rng, rtol=1e-4, atol=1e-5):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with engine.create_execution_context() as context:
+        for batch, seq in ((2, 4), (1, 5), (2, 3)):
+            given = feeds(model, rng, batch, seq)
+            np.testing.assert_allclose(context.execute(given)["y"], session.run(None, given)[0], rtol=rtol, atol=atol)
+
+
+def layer_ops(engine):
+    return [layer["op"] for layer in engine.inspect()["layers"]]
+
+
+@pytest.mark.parametrize("case", ["4d_causal_gqa", "3d_bool_mask", "4d_float_mask"])
+def test_attention_runs_as_one_fused_layer_and_matches_onnxruntime(case, rng):
+    model = {"4d_causal_gqa": lambda: projected(rng, attrs={"is_causal": 1}),
+             "3d_bool_mask": lambda: projected(rng, three_d=True, mask="bool"),
+             "4d_float_mask": lambda: projected(rng, heads=2, kv_heads=2, mask="float", attrs={"scale": 0.25})}[case]()
+    assert "Attention" in {node.op_type for node in import_model(model).nodes}  # (kept whole, not expanded)
+    engine = engine_of(model)
+    ops = layer_ops(engine)
+    assert ops.count(MHA) == 1 and not [op for op in ops if "Softmax" in op or "Transpose" in op], ops
+    matches_onnxruntime(model, engine, rng)
+
+
+def test_a_node_the_plugin_declines_is_expanded_and_still_matches(rng):
+    model = projected(rng, heads=2, kv_heads=2, attrs={"softcap": 2.0})
+    assert "Attention" not in {node.op_type for node in import_model(model).nodes}
+    matches_onnxruntime(model, engine_of(model), rng)
+
+
+def test_without_the_fusion_pass_the_op_runs_its_own_kernels(rng):
+    """A boolean mask converted in the op's workspace before the fused kernel."""
+    model = projected(rng, three_d=True, mask="bool", attrs={"is_causal": 1})
+    engine = engine_of(model, passes=["contrib-attention:fuse_attention"])
+    assert "Attention" in layer_ops(engine) and MHA not in layer_ops(engine), layer_ops(engine)
+    matches_onnxruntime(model, engine, rng)
+
+
+def test_float16_engine(rng):
+    model = projected(rng, attrs={"is_causal": 1})
+    matches_onnxruntime(model, engine_of(model, fp16=True), rng, rtol=2e-2, atol=2e-2)
+
+
+def test_pytorch_sdpa_export_is_fused():
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` exported by PyTorch 2.13
+    at opset 23 (``tests/data/exports``): one fused layer, no head transposes left."""
+    model = onnx.load(EXPORTS / "torch_sdpa_opset23.onnx")
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 5, 16), (2, 5, 16), (4, 5, 16)))
+    ops = layer_ops(Builder(default_registry()).build_engine(model, config))
+    assert ops.count(MHA) == 1 and not [op for op in ops if "Softmax" in op], ops
