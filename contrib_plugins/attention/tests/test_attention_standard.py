@@ -135,3 +135,29 @@ def test_pytorch_sdpa_export_is_fused():
     config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 5, 16), (2, 5, 16), (4, 5, 16)))
     ops = layer_ops(Builder(default_registry()).build_engine(model, config))
     assert ops.count(MHA) == 1 and not [op for op in ops if "Softmax" in op], ops
+
+
+def test_pytorch_llama_block_export_matches_onnx_reference(rng):
+    """A pre-norm block with grouped-query SDPA over a boolean padding mask (``nn.RMSNorm``,
+    ``F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :],
+    enable_gqa=True)``, 4 query heads over 2 K/V heads) exported by PyTorch 2.13 with
+    ``dynamo=True, opset_version=23`` and dynamic batch and sequence: one fused attention
+    reading a packed Q/K/V GEMM, matching ONNX's reference evaluator (onnxruntime 1.32
+    refuses the broadcast ``[B, 1, 1, T]`` mask) at three shapes of the profile."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(EXPORTS / "torch_gqa_block_opset23.onnx")
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 1, 32), (2, 4, 32), (2, 6, 32))
+                                    .set_shape("mask", (1, 1), (2, 4), (2, 6)))
+    engine = Builder(default_registry()).build_engine(model, config)
+    ops = layer_ops(engine)
+    assert ops.count(MHA) == 1 and ops.count("MatMul") == 1 and "Transpose" not in ops, ops
+    reference = ReferenceEvaluator(model)
+    with engine.create_execution_context() as context:
+        for batch, seq in ((2, 6), (1, 3), (2, 5)):
+            keep = rng.random((batch, seq)) < 0.7
+            keep[:, 0] = True
+            given = {"x": rng.standard_normal((batch, seq, 32)).astype(np.float32), "mask": keep}
+            out = model.graph.output[0].name
+            np.testing.assert_allclose(context.execute(given)[out], reference.run(None, given)[0], rtol=1e-4, atol=1e-5)
