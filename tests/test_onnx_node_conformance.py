@@ -14,7 +14,7 @@ from plugrt.registry import default_registry
 
 CLAIMED = conformance.node_cases(default_registry())
 #: Cases of ops ONNX defines as functions that no plugin claims (Attention at opset 23, the
-#: window functions, AffineGrid, ...): the importer expands them into the ops they are made
+#: window functions, SwiGLU, ...): the importer expands them into the ops they are made
 #: of. All run through the references; on CUDA one case per op (the bodies' kernels are
 #: the claimed ops' own, each tested by their cases; the simulator is slow).
 EXPANDED = conformance.expanded_cases(default_registry())

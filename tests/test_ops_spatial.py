@@ -270,3 +270,62 @@ def test_resize_opset11_empty_inputs_vs_ort(rng):
         _check(model, {"X": x}, 0)
         model = _model("Resize", x.shape, np.float32, [empty, np.array([1, 1, 2, 0.5], np.float32)], attrs, 11)
         _check(model, {"X": x}, 0)
+
+
+def stn(align: int, three_d: bool = False):
+    """A spatial transformer as ``F.affine_grid`` + ``F.grid_sample`` export it (opset 20):
+    theta from a Gemm over the flattened input, ``size`` the input's shape (so known only
+    at each batch), then GridSample; batch dynamic."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(3)
+    spatial = (3, 4, 5) if three_d else (4, 5)
+    rank, features = len(spatial), 2 * int(np.prod(spatial))
+    w = numpy_helper.from_array((rng.standard_normal((features, rank * (rank + 1))) * 0.05).astype(np.float32), "w")
+    identity = np.eye(rank, rank + 1).reshape(-1).astype(np.float32)
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "w", "identity"], ["t"]),
+             helper.make_node("Reshape", ["t", "theta_shape"], ["theta"]),
+             helper.make_node("Shape", ["x"], ["size"]),
+             helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align)]
+    consts = [w, numpy_helper.from_array(identity, "identity"),
+              numpy_helper.from_array(np.array([-1, rank, rank + 1], np.int64), "theta_shape")]
+    graph = helper.make_graph(nodes, "stn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, *spatial])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2, *spatial])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), spatial
+
+
+@pytest.mark.parametrize("align,three_d", [(0, False), (1, False), (0, True)])
+def test_affine_grid_spatial_transformer_over_a_dynamic_batch(rng, align, three_d):
+    """AffineGrid as one kernel (ONNX's function body fails at batch 1: a Squeeze without
+    axes), matching onnxruntime at batches 1 and 3 of one engine."""
+    from plugrt.engine import Builder, BuilderConfig, OptimizationProfile
+
+    model, spatial = stn(align, three_d)
+    config = BuilderConfig(progress=False, tf32=False)
+    config.add_optimization_profile(OptimizationProfile().set_shape("x", (1, 2, *spatial), (2, 2, *spatial),
+                                                                    (3, 2, *spatial)))
+    engine = Builder().build_engine(model, config)
+    assert "AffineGrid" in [layer["op"] for layer in engine.inspect()["layers"]]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with engine.create_execution_context() as context:
+        for batch in (1, 3):
+            x = _normal(rng, (batch, 2, *spatial))
+            np.testing.assert_allclose(context.execute({"x": x})["y"], session.run(None, {"x": x})[0],
+                                       rtol=1e-4, atol=1e-5)
+
+
+def test_affine_grid_kernels_type_for_sm90():
+    """The simulator never types kernels: AffineGrid's, for each dtype and rank, compiled
+    for sm_90 (no float64 in float32 and float16 code)."""
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_builtin_ops.spatial.affine_grid import affine_grid_kernel
+        for dt in ("float16", "float32", "float64"):
+            for rank in (2, 3):
+                check(f"AffineGrid {dt} rank {rank}", affine_grid_kernel(np.dtype(dt).str, rank),
+                      [arr(dt), arr(dt), I64, I64, I64, I64, I64], dt != "float64")
+    """)
+    assert not failures, "\\n".join(failures)

@@ -5,10 +5,10 @@ Two kinds reach the importer:
 - a model's **local functions** (``ModelProto.functions``: what ``export_modules_as_functions``,
   onnxscript and some converters write), called by nodes of the function's domain;
 - **standard ops defined as functions** of other standard ops (their schema carries a
-  function body): ``Attention`` and ``RotaryEmbedding`` at opset 23 (what
-  ``torch.onnx.export(..., opset_version=23)`` writes for PyTorch's SDPA), ``AffineGrid``
-  (``F.affine_grid`` at opset 20), the window functions, ``CenterCropPad``, ``SwiGLU``,
-  the losses.
+  function body): ``RotaryEmbedding`` at opset 23, the window functions,
+  ``CenterCropPad``, ``SwiGLU``, the losses, and those the installed plugins provide in
+  part (the contrib attention plugin's ``Attention``, which declines a node with a KV
+  cache or softcap).
 
 A standard op a plugin provides stays one node (a plugin's kernel beats the ops of its
 body), unless the plugin declines that node (:meth:`plugrt.plugin.OpPlugin.declines`: an
@@ -49,7 +49,7 @@ def expand_functions(model: onnx.ModelProto, registry, fold=None) -> onnx.ModelP
     """``model`` with its local functions inlined and every standard op that no plugin
     provides but ONNX defines as a function expanded; ``model`` itself when there is
     nothing to do (it is never changed). ``fold(model)``, when given, runs before each
-    round and after the last (bodies branch on what shapes decide: AffineGrid's ``If``)."""
+    round and after the last (bodies branch on what shapes decide: ``If`` nodes)."""
     fold = fold or (lambda m: m)
     if model.functions:
         model = _inline(model, "the model's local functions")

@@ -161,3 +161,22 @@ def test_pytorch_llama_block_export_matches_onnx_reference(rng):
             given = {"x": rng.standard_normal((batch, seq, 32)).astype(np.float32), "mask": keep}
             out = model.graph.output[0].name
             np.testing.assert_allclose(context.execute(given)[out], reference.run(None, given)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_mask_conversion_kernels_type_for_sm90():
+    """The simulator never types kernels: the op's boolean and float mask conversions,
+    compiled for sm_90."""
+    import sys
+
+    sys.path.insert(0, str(EXPORTS.parents[1]))
+    from cuda_typing import compile_kernels
+
+    failures = compile_kernels("""
+        from plugrt_contrib_attention.standard import _additive_cast, _additive_from_bool
+        for out in ("float16", "float32"):
+            check(f"bool -> {out}", _additive_from_bool, [arr(np.bool_), arr(out), I64, scalar(out), scalar(out)],
+                  out != "float64")
+            for given in ("float16", "float32", "float64"):
+                check(f"{given} -> {out}", _additive_cast, [arr(given), arr(out), I64, scalar(out), scalar(out)])
+    """)
+    assert not failures, "\\n".join(failures)
