@@ -71,10 +71,18 @@ def one_per_op(cases: list, registry) -> list:
     chosen: dict = {}
     for case in cases:
         key = frozenset(case_op_types(case) - claimed)
-        size = sum(_size(x) for inputs, expected in case.data_sets for x in list(inputs) + list(expected))
-        if key not in chosen or size < chosen[key][0]:
-            chosen[key] = (size, case)
-    return sorted((case for _, case in chosen.values()), key=lambda c: c.name)
+        if key not in chosen or _case_size(case) < _case_size(chosen[key]):
+            chosen[key] = case
+    return sorted(chosen.values(), key=lambda c: c.name)
+
+
+def smallest(cases: list, count: int) -> list:
+    """The ``count`` smallest of ``cases`` (by their data), in name order."""
+    return sorted(sorted(cases, key=lambda c: (_case_size(c), c.name))[:count], key=lambda c: c.name)
+
+
+def _case_size(case) -> int:
+    return sum(_size(x) for inputs, expected in case.data_sets for x in list(inputs) + list(expected))
 
 
 def simulator_too_big(case) -> str:
