@@ -7,8 +7,8 @@ Two kinds reach the importer:
 - **standard ops defined as functions** of other standard ops (their schema carries a
   function body): ``RotaryEmbedding`` at opset 23, the window functions,
   ``CenterCropPad``, ``SwiGLU``, the losses, and those the installed plugins provide in
-  part (the contrib attention plugin's ``Attention``, which declines a node with a KV
-  cache or softcap).
+  part (the contrib attention plugin's ``Attention``, which declines a node with softcap
+  or the ``qk_matmul_output`` output).
 
 A standard op a plugin provides stays one node (a plugin's kernel beats the ops of its
 body), unless the plugin declines that node (:meth:`plugrt.plugin.OpPlugin.declines`: an

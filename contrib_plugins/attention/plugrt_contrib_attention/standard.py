@@ -11,18 +11,21 @@ pass does not recognize. This plugin takes the op itself:
   grouped K/V heads (query head ``h`` reads K/V head ``h // (H / Hk)``, as ONNX repeats
   them); an additive float mask or a boolean one (True: attend) broadcastable to
   ``[B, H, Sq, Sk]``; ``is_causal`` (aligned to the upper left, as ONNX does without a
-  cache); ``scale`` (absent or 0: ``1 / sqrt(D)``). A query row that every key is masked
-  from gives zeros, as ONNX says. A node using what it does not implement (a KV cache:
-  ``past_key``/``past_value``; the ``present_key``, ``present_value`` or
-  ``qk_matmul_output`` outputs; ``nonpad_kv_seqlen``; ``softcap``; sliding windows) is
-  declined (:meth:`StandardAttention.declines`): the importer expands that node into its
-  ONNX body as before.
-- :func:`run`, the first step of the ``fuse_attention`` pass, replaces each such node by a
-  ``MultiHeadAttention`` node (a boolean mask, or one of another float dtype, becomes the
+  cache); ``scale`` (absent: ``1 / sqrt(D)``); a KV cache: ``past_key``/``past_value``
+  ``[B, Hk, P, D]`` before this step's K and V, giving ``present_key``/``present_value``
+  ``[B, Hk, P + S, D]`` (the causal mask then aligned to the lower right: query ``i`` sees
+  keys up to ``P + i``). A query row that every key is masked from gives zeros, as ONNX
+  says. A node using what it does not implement (``qk_matmul_output``,
+  ``nonpad_kv_seqlen``, ``softcap``, sliding windows) is declined
+  (:meth:`StandardAttention.declines`): the importer expands that node into its ONNX body
+  as before.
+- :func:`run`, the first step of the ``fuse_attention`` pass, replaces each such node
+  without a cache by a ``MultiHeadAttention`` node (a boolean mask, or one of another float dtype, becomes the
   additive mask of Q's dtype through a ``Where`` or ``Cast`` node), so that the head split
   and merge around it are taken into the op's layout (:mod:`.heads`) and its projections
-  packed (:mod:`.pack`). With that pass disabled the node runs the same kernels itself,
-  converting a boolean mask in its workspace first.
+  packed (:mod:`.pack`). A node with a cache, or with that pass disabled, runs the same
+  kernels itself: the present K and V written first (into the outputs, or its workspace
+  where they are not asked for), a boolean mask converted in its workspace.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, optional
+from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, dims, optional
 from plugrt.passes.pattern import finish, make_node, origin_of, replace_node
 from plugrt.tactic import Launch
 
@@ -65,12 +68,10 @@ class StandardAttention(OpPlugin):
     dtypes = DTYPES | MASK_DTYPES
 
     def declines(self, node):
-        if _present(node.inputs, 4) or _present(node.inputs, 5):
-            return "a KV cache (past_key, past_value)"
         if _present(node.inputs, 6):
             return "nonpad_kv_seqlen"
-        if any(node.outputs[1:]):
-            return "the present_key, present_value or qk_matmul_output outputs"
+        if _present(node.outputs, 3):
+            return "the qk_matmul_output output"
         if node.attrs.get("softcap"):
             return f"softcap={node.attrs['softcap']}"
         if node.attrs.get("left_window_size", -1) != -1 or node.attrs.get("right_window_size", -1) != -1:
@@ -95,16 +96,30 @@ class StandardAttention(OpPlugin):
         if q.rank == 3 and not (node.attrs.get("q_num_heads") and node.attrs.get("kv_num_heads")):
             raise self.unsupported(node, "3-D Q, K, V without q_num_heads and kv_num_heads",
                                    "say how many heads Q and K/V hold")
+        past_k, past_v = optional(inputs, 4), optional(inputs, 5)
+        if (past_k is None) != (past_v is None):
+            raise self.unsupported(node, "past_key without past_value, or past_value without past_key",
+                                   "give both, or neither")
+        for name, info in (("past_key", past_k), ("past_value", past_v)):
+            if info is not None and (info.rank != 4 or info.dtype != q.dtype):
+                raise self.unsupported(node, f"{name} {info.dtype}{list(info.shape)}",
+                                       f"give {name} [B, kv heads, past length, head size] of Q's dtype")
 
     def infer(self, node, inputs):
-        q, k = inputs[0], inputs[1]
         mask = optional(inputs, 3)
-        if mask is not None and mask.rank:
-            keys, given = k.shape[-2] if k.rank == 4 else k.shape[1], mask.shape[-1]
-            if isinstance(keys, int) and isinstance(given, int) and keys != given:
-                raise self.unsupported(node, f"a mask of {given} keys for {keys} keys (ONNX pads a shorter mask "
-                                       "with -inf)", "give the mask one entry per key")
-        return MultiHeadAttention().infer(as_multi_head(node), _mha_inputs(inputs))
+        if not _cached(node):
+            _check_mask(self, node, mask, inputs[1].shape[-2] if inputs[1].rank == 4 else inputs[1].shape[1])
+            return MultiHeadAttention().infer(as_multi_head(node), _mha_inputs(inputs))
+        present_k, present_v = present_infos(node, inputs)
+        _check_mask(self, node, mask, present_k.shape[2])
+        if node.attrs.get("is_causal") and optional(inputs, 4) is not None:
+            new, queries = _new_keys(node, inputs[1]), inputs[0].shape[-2] if inputs[0].rank == 4 else inputs[0].shape[1]
+            if isinstance(new, int) and isinstance(queries, int) and new != queries:
+                raise self.unsupported(node, f"is_causal with a cache, {queries} queries over {new} new keys",
+                                       "give as many queries as new keys (causal steps of one sequence)")
+        y = MultiHeadAttention().infer(cached_multi_head(node, inputs),
+                                       _mha_inputs([inputs[0], present_k, present_v] + list(inputs[3:4])))
+        return y + [present_k, present_v]
 
     def reference(self, node, inputs):
         q, k, v = (np.asarray(x, dtype=np.float64) for x in inputs[:3])
@@ -114,6 +129,12 @@ class StandardAttention(OpPlugin):
             q = _heads_first(q, node.attrs["q_num_heads"])
             k = _heads_first(k, node.attrs["kv_num_heads"])
             v = _heads_first(v, node.attrs["kv_num_heads"])
+        past = 0
+        if optional(inputs, 4) is not None:
+            past = inputs[4].shape[2]
+            k = np.concatenate([np.asarray(inputs[4], np.float64), k], axis=2)
+            v = np.concatenate([np.asarray(inputs[5], np.float64), v], axis=2)
+        presents = [k.astype(inputs[1].dtype), v.astype(inputs[2].dtype)]
         heads, sq, sk = q.shape[1], q.shape[2], k.shape[2]
         k = np.repeat(k, heads // k.shape[1], axis=1)
         v = np.repeat(v, heads // v.shape[1], axis=1)
@@ -121,8 +142,8 @@ class StandardAttention(OpPlugin):
         scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
         scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
         bias = np.zeros((sq, sk))
-        if node.attrs.get("is_causal"):
-            bias = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None], 0.0, -np.inf)
+        if node.attrs.get("is_causal"):  # (aligned to the cache's end: query i sees keys up to past + i)
+            bias = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + past, 0.0, -np.inf)
         if mask is not None:
             mask = np.asarray(mask)
             bias = bias + (np.where(mask, 0.0, -np.inf) if mask.dtype == BOOL else mask.astype(np.float64))
@@ -137,14 +158,20 @@ class StandardAttention(OpPlugin):
         out = np.matmul(weights, v)
         if three_d:
             out = np.swapaxes(out, 1, 2).reshape(out.shape[0], sq, -1)
-        return [out.astype(inputs[0].dtype)]
+        return [out.astype(inputs[0].dtype)] + presents
 
     def tactics(self, node, inputs, outputs, epilogue=None, wanted=None):
-        found = MultiHeadAttention().tactics(as_multi_head(node), _mha_inputs(inputs), outputs, wanted=wanted)
         mask = optional(inputs, 3)
-        if mask is None or mask.dtype == inputs[0].dtype:
-            return found
-        return [_converting(tactic, mask, inputs[0].dtype) for tactic in found]
+        converted = mask is not None and mask.dtype != inputs[0].dtype
+        if not _cached(node):
+            found = MultiHeadAttention().tactics(as_multi_head(node), _mha_inputs(inputs), outputs[:1], wanted=wanted)
+            return [_converting(tactic, mask, inputs[0].dtype) for tactic in found] if converted else found
+        present_k, present_v = present_infos(node, inputs)
+        found = MultiHeadAttention().tactics(cached_multi_head(node, inputs),
+                                             _mha_inputs([inputs[0], present_k, present_v] + list(inputs[3:4])),
+                                             outputs[:1], wanted=wanted)
+        found = [_converting(tactic, mask, inputs[0].dtype) for tactic in found] if converted else found
+        return [_caching(tactic, node, inputs, present_k, present_v) for tactic in found]
 
     def serialize(self, node):
         return {}
@@ -169,6 +196,11 @@ class StandardAttention(OpPlugin):
                     name="additive mask and causal", **tol),
             Example(qkv(f16, 1, 1, 1, 3, 4, 8, 8) + (TensorInfo(f32, (3, 4)),), name="float16, float32 mask",
                     rtol=1e-2, atol=1e-3),
+            Example(qkv(f32, 1, 2, 1, 2, 2, 4, 4) + (None, TensorInfo(f32, (1, 1, 3, 4)), TensorInfo(f32, (1, 1, 3, 4))),
+                    {"is_causal": 1}, n_outputs=3, name="a KV cache, causal from the cache's end", **tol),
+            Example((TensorInfo(f32, (1, 2, 8)), TensorInfo(f32, (1, 2, 4)), TensorInfo(f32, (1, 2, 4)), None,
+                     TensorInfo(f32, (1, 1, 2, 4)), TensorInfo(f32, (1, 1, 2, 4))),
+                    {"q_num_heads": 2, "kv_num_heads": 1}, n_outputs=3, name="3-D with a KV cache", **tol),
         ]
 
 
@@ -197,6 +229,50 @@ def _heads_first(x: np.ndarray, heads: int) -> np.ndarray:
     return np.swapaxes(x.reshape(x.shape[0], x.shape[1], heads, -1), 1, 2)
 
 
+def _cached(node) -> bool:
+    """A KV cache given, or the present K/V asked for."""
+    return _present(node.inputs, 4) or _present(node.outputs, 1) or _present(node.outputs, 2)
+
+
+def _check_mask(op, node, mask, keys) -> None:
+    if mask is not None and mask.rank and isinstance(keys, int) and isinstance(mask.shape[-1], int) \
+            and keys != mask.shape[-1]:
+        raise op.unsupported(node, f"a mask of {mask.shape[-1]} keys for {keys} keys (ONNX pads a shorter mask "
+                             "with -inf)", "give the mask one entry per key")
+
+
+def _new_keys(node, k):
+    return k.shape[2] if k.rank == 4 else k.shape[1]
+
+
+def present_infos(node, inputs) -> tuple[TensorInfo, TensorInfo]:
+    """``present_key``, ``present_value``: ``[B, Hk, P + S, D]`` and ``[B, Hk, P + S, Dv]``."""
+    q, k, v = inputs[:3]
+    past = optional(inputs, 4)
+    found = []
+    for x, cache in ((k, past), (v, optional(inputs, 5))):
+        if x.rank == 4:
+            b, heads, seq, width = x.shape
+        else:
+            heads = node.attrs["kv_num_heads"]
+            b, seq = x.shape[:2]
+            width = x.shape[2] // heads if isinstance(x.shape[2], int) else f"{node.name}_head_{len(found)}"
+        total = seq if cache is None else dims.add(cache.shape[2], seq)
+        found.append(TensorInfo(x.dtype, (b, heads, total, width)))
+    return found[0], found[1]
+
+
+def cached_multi_head(node, inputs):
+    """The ``MultiHeadAttention`` node over the present K and V (``bhsd``), Q and the
+    output in Q's layout; causal from the cache's end (``causal=2``)."""
+    mha = as_multi_head(node)
+    q_layout = "bsh" if inputs[0].rank == 3 else "bhsd"
+    attrs = dict(mha.attrs, layout=f"{q_layout},bhsd,bhsd,{q_layout}", kv_num_heads=0)
+    if attrs["causal"] and optional(inputs, 4) is not None:
+        attrs["causal"] = 2
+    return mha.replace(attrs=attrs)
+
+
 # --------------------------------------------------------------------------- the graph pass
 
 
@@ -205,8 +281,8 @@ def run(graph, registry) -> int:
     count = 0
     for node in [n for n in graph.nodes if n.op_type == "Attention" and not n.domain]:
         inputs = [graph.info(name) if name else None for name in node.inputs]
-        if any(info is None for info in inputs[:3]) or _refused(node, inputs):
-            continue
+        if any(info is None for info in inputs[:3]) or _cached(node) or _refused(node, inputs):
+            continue  # (a node with a cache runs as itself)
         mask = optional(inputs, 3)
         names = list(node.inputs[:3])
         if mask is not None:
@@ -280,3 +356,63 @@ def _converting(tactic, mask: TensorInfo, dtype):
         return [convert] + list(tactic.launches(list(ins[:3]) + [additive.reshape(shape)], outs, rest))
 
     return dataclasses.replace(tactic, launches=launches, workspace_bytes=room + tactic.workspace_bytes)
+
+
+# --------------------------------------------------------------------------- the KV cache
+
+
+@jit
+def _append_kv(out, past, new, total, heads, length, past_length, width, s_b, s_h, s_s):
+    """``out [B, H, length, width]``: the past rows, then the new ones (read through their
+    strides: ``[B, H, S, D]`` or ``[B, S, H * D]``)."""
+    start, step = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, total, step):
+        d = i % width
+        rest = i // width
+        t = rest % length
+        rest //= length
+        h = rest % heads
+        b = rest // heads
+        if t < past_length:
+            out[i] = past[((b * heads + h) * past_length + t) * width + d]
+        else:
+            out[i] = new[b * s_b + h * s_h + (t - past_length) * s_s + d]
+
+
+def _append_launch(out, past, new, shape, new_info, heads: int):
+    """The launch filling ``out`` (present, ``shape``) from ``past`` (or nothing) and ``new``."""
+    b, _, length, width = shape
+    seq = int(new_info.shape[2] if new_info.rank == 4 else new_info.shape[1])
+    strides = (heads * seq * width, seq * width, width) if new_info.rank == 4 else (seq * heads * width, width,
+                                                                                      heads * width)
+    total = b * heads * length * width
+    blocks, threads = grid_1d(total)
+    return Launch(_append_kv, blocks, threads, (flat(out), flat(past) if past is not None else flat(new), flat(new),
+                                                np.int64(total), np.int64(heads), np.int64(length),
+                                                np.int64(length - seq), np.int64(width), *map(np.int64, strides)))
+
+
+def _caching(tactic, node, inputs, present_k: TensorInfo, present_v: TensorInfo):
+    """``tactic`` (over the present K and V) after the launches writing them: into the node's
+    outputs where asked for, else into the front of the workspace."""
+    shapes = [tuple(int(d) for d in info.shape) for info in (present_k, present_v)]
+    sizes = [math.prod(shape) * np.dtype(info.dtype).itemsize for shape, info in zip(shapes, (present_k, present_v))]
+    asked = [_present(node.outputs, 1), _present(node.outputs, 2)]
+    rooms = [0 if given else -(-size // ALIGN) * ALIGN for given, size in zip(asked, sizes)]
+
+    def launches(ins, outs, workspace):
+        at, presents, made = 0, [], []
+        for index, (shape, info, room) in enumerate(zip(shapes, (present_k, present_v), rooms)):
+            given = outs[1 + index] if len(outs) > 1 + index else None
+            if given is None:
+                given = workspace[at:at + math.prod(shape) * np.dtype(info.dtype).itemsize].view(info.dtype)
+                at += room
+            present = given.reshape(shape)
+            presents.append(present)
+            if math.prod(shape):
+                made.append(_append_launch(present, optional(ins, 4 + index), ins[1 + index], shape,
+                                           inputs[1 + index], shape[1]))
+        rest = workspace[at:] if tactic.workspace_bytes else None
+        return made + list(tactic.launches([ins[0]] + presents + list(ins[3:4]), outs[:1], rest))
+
+    return dataclasses.replace(tactic, launches=launches, workspace_bytes=sum(rooms) + tactic.workspace_bytes)

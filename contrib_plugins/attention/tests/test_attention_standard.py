@@ -180,3 +180,63 @@ def test_mask_conversion_kernels_type_for_sm90():
                 check(f"{given} -> {out}", _additive_cast, [arr(given), arr(out), I64, scalar(out), scalar(out)])
     """)
     assert not failures, "\\n".join(failures)
+
+
+def cached(three_d: bool, outputs: int):
+    """One decoding step's Attention with a KV cache (opset 23): Q, K, V of this step's
+    ``S`` positions, ``past_key``/``past_value`` of ``P`` earlier ones, causal; batch, S and
+    P dynamic. ``outputs``: 3 (Y and the present K/V) or 1 (Y alone: they go to the workspace)."""
+    heads, kv_heads, head = 4, 2, 4
+    if three_d:
+        ins = [helper.make_tensor_value_info("q", FLOAT, ["b", "s", heads * head]),
+               helper.make_tensor_value_info("k", FLOAT, ["b", "s", kv_heads * head]),
+               helper.make_tensor_value_info("v", FLOAT, ["b", "s", kv_heads * head])]
+        attrs = {"q_num_heads": heads, "kv_num_heads": kv_heads}
+        y = helper.make_tensor_value_info("y", FLOAT, ["b", "s", heads * head])
+    else:
+        ins = [helper.make_tensor_value_info("q", FLOAT, ["b", heads, "s", head]),
+               helper.make_tensor_value_info("k", FLOAT, ["b", kv_heads, "s", head]),
+               helper.make_tensor_value_info("v", FLOAT, ["b", kv_heads, "s", head])]
+        attrs = {}
+        y = helper.make_tensor_value_info("y", FLOAT, ["b", heads, "s", head])
+    ins += [helper.make_tensor_value_info(n, FLOAT, ["b", kv_heads, "p", head]) for n in ("past_key", "past_value")]
+    outs = [y] + [helper.make_tensor_value_info(n, FLOAT, ["b", kv_heads, "t", head])
+                  for n in ("present_key", "present_value")][:outputs - 1]
+    node = helper.make_node("Attention", ["q", "k", "v", "", "past_key", "past_value"], [o.name for o in outs],
+                            is_causal=1, name="step", **attrs)
+    model = helper.make_model(helper.make_graph([node], "step", ins, outs), opset_imports=[helper.make_opsetid("", 23)])
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("three_d,outputs", [(False, 3), (True, 3), (False, 1)])
+def test_a_kv_cache_step_matches_onnxruntime(rng, three_d, outputs):
+    """The present K/V appended to the cache and attended with the causal mask aligned to the
+    cache's end, over dynamic batch, step length and cache length, against onnxruntime (ONNX's
+    reference evaluator where the present outputs are not asked for)."""
+    model = cached(three_d, outputs)
+    assert "Attention" in {node.op_type for node in import_model(model).nodes}  # (kept whole)
+    shapes = {name: value.type.tensor_type.shape for name, value in ((v.name, v) for v in model.graph.input)}
+
+    def at(name, b, s, p):
+        sizes = {"b": b, "s": s, "p": p}
+        return tuple(sizes.get(d.dim_param, d.dim_value) for d in shapes[name].dim)
+
+    config = BuilderConfig(progress=False, tf32=False)
+    profile = OptimizationProfile()
+    for name in shapes:
+        profile.set_shape(name, at(name, 1, 1, 1), at(name, 2, 2, 3), at(name, 2, 3, 5))
+    config.add_optimization_profile(profile)
+    engine = Builder(default_registry()).build_engine(model, config)
+    if outputs == 3:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    else:  # (onnxruntime 1.32 refuses a cache without the present outputs: ONNX's reference evaluator)
+        from onnx.reference import ReferenceEvaluator
+
+        session = ReferenceEvaluator(model)
+    with engine.create_execution_context() as context:
+        for b, s, p in ((2, 2, 3), (1, 1, 5), (2, 3, 1)):
+            given = {name: rng.standard_normal(at(name, b, s, p)).astype(np.float32) for name in shapes}
+            got, want = context.execute(given), session.run(None, given)
+            for value, expected in zip(model.graph.output, want):
+                np.testing.assert_allclose(got[value.name], expected, rtol=1e-4, atol=1e-5, err_msg=value.name)
