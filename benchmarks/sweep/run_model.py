@@ -1,6 +1,6 @@
 """Export one architecture with PyTorch and check plugrt's engine against onnxruntime.
 
-    python3 benchmarks/sweep/run_model.py NAME [--exporter legacy|dynamo] [--opset 17] [--fp16]
+    python3 benchmarks/sweep/run_model.py NAME [--exporter legacy|dynamo] [--opset N] [--fp16]
 
 NAME is one of :func:`torch_models.battery`, :func:`torch_models2.battery2` / ``battery3``
 or :func:`hf_models.models` (tiny configurations, random weights). The model is exported
@@ -53,13 +53,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("name")
     parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy")
-    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--opset", type=int, default=None, help="the export's opset (legacy: 17; dynamo: PyTorch's)")
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--int8", action="store_true", help="INT8 with entropy calibration on 4 random batches")
     parser.add_argument("--work", default="/tmp/plugrt-sweep")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    label = f"{args.name} {args.exporter}{' fp16' if args.fp16 else ''}{' int8' if args.int8 else ''}"
+    label = f"{args.name} {args.exporter}{f' opset {args.opset}' if args.opset else ''}" \
+            f"{' fp16' if args.fp16 else ''}{' int8' if args.int8 else ''}"
 
     import numpy as np
     import onnx
@@ -70,19 +71,20 @@ def main() -> int:
     torch.backends.mha.set_fastpath_enabled(False)
     module, example, names, axes = catalog()[args.name]()
     module.eval()
-    path = os.path.join(args.work, f"{args.name}_{args.exporter}.onnx")
+    path = os.path.join(args.work, f"{args.name}_{args.exporter}{args.opset or ''}.onnx")
     try:
         with torch.no_grad():
             if args.exporter == "legacy":
                 torch.onnx.export(module, example, path, input_names=names, output_names=["output"],
-                                  opset_version=args.opset, dynamo=False, dynamic_axes=axes)
+                                  opset_version=args.opset or 17, dynamo=False, dynamic_axes=axes)
             else:
                 from torch.export import Dim
 
                 dims: dict = {}
                 shapes = tuple({k: dims.setdefault(v, Dim.DYNAMIC) for k, v in axes[n].items()} for n in names)
+                opset = {"opset_version": args.opset} if args.opset else {}
                 program = torch.onnx.export(module, example, input_names=names, output_names=["output"], dynamo=True,
-                                            dynamic_shapes=shapes if len(names) > 1 or not _varargs(module) else (shapes,))
+                                            dynamic_shapes=(shapes,) if _varargs(module) else shapes, **opset)
                 program.save(path)
     except Exception as exc:  # noqa: BLE001 - the exporter's fault, not plugrt's
         print(f"{label}: EXPORT FAILED {type(exc).__name__}: {str(exc)[:300]}")

@@ -1,6 +1,6 @@
 """Run :mod:`run_model` over many architectures, each in its own process, and print a table.
 
-    python3 benchmarks/sweep/sweep.py [--models a,b,...] [--exporter legacy|dynamo] [--fp16] [--jobs 2]
+    python3 benchmarks/sweep/sweep.py [--models a,b,...] [--exporter legacy|dynamo] [--opset N] [--fp16] [--jobs 2]
 
 Without ``--models``: every architecture :func:`run_model.catalog` lists. Needs PyTorch,
 transformers and onnxruntime (the GPU machine has them; here ``pip install torch==2.13.0
@@ -23,6 +23,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="")
     parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy")
+    parser.add_argument("--opset", type=int, default=0, help="the export's opset (0: run_model's default)")
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
@@ -35,6 +36,7 @@ def main() -> int:
 
     def one(name: str) -> str:
         command = [sys.executable, os.path.join(HERE, "run_model.py"), name, "--exporter", args.exporter]
+        command += ["--opset", str(args.opset)] if args.opset else []
         command += ["--fp16"] if args.fp16 else []
         command += ["--int8"] if args.int8 else []
         try:

@@ -108,12 +108,12 @@ class StandardAttention(OpPlugin):
     def infer(self, node, inputs):
         mask = optional(inputs, 3)
         if not _cached(node):
-            _check_mask(self, node, mask, inputs[1].shape[-2] if inputs[1].rank == 4 else inputs[1].shape[1])
+            _check_mask(self, node, mask, _seq(inputs[1]))
             return MultiHeadAttention().infer(as_multi_head(node), _mha_inputs(inputs))
         present_k, present_v = present_infos(node, inputs)
         _check_mask(self, node, mask, present_k.shape[2])
         if node.attrs.get("is_causal") and optional(inputs, 4) is not None:
-            new, queries = _new_keys(node, inputs[1]), inputs[0].shape[-2] if inputs[0].rank == 4 else inputs[0].shape[1]
+            new, queries = _seq(inputs[1]), _seq(inputs[0])
             if isinstance(new, int) and isinstance(queries, int) and new != queries:
                 raise self.unsupported(node, f"is_causal with a cache, {queries} queries over {new} new keys",
                                        "give as many queries as new keys (causal steps of one sequence)")
@@ -241,8 +241,9 @@ def _check_mask(op, node, mask, keys) -> None:
                              "with -inf)", "give the mask one entry per key")
 
 
-def _new_keys(node, k):
-    return k.shape[2] if k.rank == 4 else k.shape[1]
+def _seq(info):
+    """The sequence dim of Q, K or V: ``[B, H, S, D]`` or ``[B, S, H * D]``."""
+    return info.shape[2] if info.rank == 4 else info.shape[1]
 
 
 def present_infos(node, inputs) -> tuple[TensorInfo, TensorInfo]:
@@ -382,7 +383,7 @@ def _append_kv(out, past, new, total, heads, length, past_length, width, s_b, s_
 def _append_launch(out, past, new, shape, new_info, heads: int):
     """The launch filling ``out`` (present, ``shape``) from ``past`` (or nothing) and ``new``."""
     b, _, length, width = shape
-    seq = int(new_info.shape[2] if new_info.rank == 4 else new_info.shape[1])
+    seq = int(_seq(new_info))
     strides = (heads * seq * width, seq * width, width) if new_info.rank == 4 else (seq * heads * width, width,
                                                                                       heads * width)
     total = b * heads * length * width
