@@ -16,7 +16,11 @@ output: a copy of its columns instead of its own GEMM.
 
 GPT-2's form, one packed GEMM and ``Split`` (last axis, three outputs in Q, K, V order)
 feeding Q, K and V: the attention reads the Split's input; the Split stays only for other
-readers.
+readers. timm's ViT form (and any ``q, k, v = p.view(B, S, 3, H, D).permute(2, 0, 3, 1,
+4)``): ``Reshape(p, [B, S, 3, H, D])``, ``Transpose([2, 0, 3, 1, 4])``, then Q, K and V
+taken apart along axis 0 (``Split`` + ``Squeeze``, ``Slice`` + ``Squeeze`` or ``Gather``,
+as the exporters write ``unbind``, unpacking and indexing): the attention reads ``p`` in
+place (packed ``[H * D] * 3``), and the 5-D transpose kernel is gone.
 
 Q, K and V are found as the attention reads them: in layout ``bsh`` (the head split taken
 in), or ``bshd`` through a head-split ``Reshape`` of a ``[B, S, H * D]`` value. Anything
@@ -125,6 +129,98 @@ class ProjectionReader:
         return split if int(split.attrs.get("axis") or 0) % rank == rank - 1 else None
 
 
+class Unbound:
+    """Q, K and V as entries 0, 1, 2 along axis 0 of ``Transpose(Reshape(p, [B, S, 3, H, D]),
+    [2, 0, 3, 1, 4])``: :meth:`find` gives ``(p, H, H * D, the nodes between)`` or why not."""
+
+    PERM = [2, 0, 3, 1, 4]
+
+    def __init__(self, graph, reader: ProjectionReader):
+        self.graph, self.reader = graph, reader
+
+    def find(self, values: list[str]):
+        taken = [self._taken(value) for value in values]
+        if any(t is None for t in taken):
+            return None
+        sources = {t[0] for t in taken}
+        if len(sources) != 1 or [t[1] for t in taken] != [0, 1, 2]:
+            return None
+        transpose = self.reader.producers.get(sources.pop())
+        if transpose is None or transpose.op_type != "Transpose" or _perm_of(transpose) != self.PERM:
+            return None
+        reshape = self.reader.producers.get(transpose.inputs[0])
+        if reshape is None or reshape.op_type != "Reshape":
+            return None
+        packed, split, dims = reshape.inputs[0], reshape.outputs[0], self.reader.dims
+        info = self.graph.info(packed)
+        if info is None or info.rank != 3 or self.graph.info(split).rank != 5:
+            return None
+        three, heads, size = (dims.fixed(split, axis) for axis in (2, 3, 4))
+        if three != 3 or not isinstance(heads, int) or not isinstance(size, int) or info.shape[2] != 3 * heads * size:
+            return None
+        if not (dims.equal(split, 0, packed, 0) and dims.equal(split, 1, packed, 1)):
+            return None
+        between = [node for t in taken for node in t[2]] + [transpose, reshape]
+        return packed, heads, heads * size, between
+
+    def _taken(self, value: str):
+        """``(source, index, nodes)`` where ``value`` is entry ``index`` of ``source`` along axis 0."""
+        graph, producers = self.graph, self.reader.producers
+        node = producers.get(value)
+        if node is None:
+            return None
+        if node.op_type == "Gather" and int(node.attrs.get("axis") or 0) == 0:
+            index = constant_value(graph, node.inputs[1])
+            if index is not None and index.ndim == 0:
+                return node.inputs[0], int(index), [node]
+            return None
+        if node.op_type != "Squeeze" or _axes(graph, node) != [0]:
+            return None
+        piece = producers.get(node.inputs[0])
+        if piece is not None and piece.op_type == "Split" and int(piece.attrs.get("axis") or 0) == 0 \
+                and len(piece.outputs) == 3 and all(graph.info(o) is not None and graph.info(o).shape[0] == 1
+                                                    for o in piece.outputs):
+            return piece.inputs[0], list(piece.outputs).index(node.inputs[0]), [node, piece]
+        if piece is not None and piece.op_type == "Slice":
+            bounds = [constant_value(graph, name) if name else None for name in piece.inputs[1:5]]
+            if len(bounds) >= 3 and all(b is not None for b in bounds[:3]) and bounds[2].reshape(-1).tolist() == [0] \
+                    and (len(bounds) < 4 or bounds[3] is None or bounds[3].reshape(-1).tolist() == [1]):
+                start, end = int(bounds[0].reshape(-1)[0]), int(bounds[1].reshape(-1)[0])
+                if end == start + 1:
+                    return piece.inputs[0], start, [node, piece]
+        return None
+
+
+def _perm_of(node) -> list[int] | None:
+    perm = node.attrs.get("perm")
+    return None if perm is None else [int(p) for p in perm]
+
+
+def _axes(graph, node) -> list[int] | None:
+    """A Squeeze's axes: the attribute, or (opset 13 on) constant input 1."""
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = constant_value(graph, node.inputs[1])
+    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
+def _read_unbound(graph, node, reader: ProjectionReader) -> bool:
+    """The attention reads timm's packed projection in place (see the module doc), if Q, K
+    and V are its entries; ``False`` where they are not."""
+    layout = parse_layout(node.attrs.get("layout"))
+    if layout[:3] != ("bhsd", "bhsd", "bhsd"):
+        return False
+    found = Unbound(graph, reader).find(list(node.inputs[:3]))
+    if found is None:
+        return False
+    packed, heads, width, between = found
+    attrs = dict(node.attrs, num_heads=heads, kv_num_heads=heads, packed=[width] * 3,
+                 layout=",".join(("bsh", "bsh", "bsh", layout[3])))
+    replace_node(graph, node, node.replace(inputs=(packed,) * 3 + tuple(node.inputs[3:]), attrs=attrs))
+    remove_unread(graph, between)
+    return True
+
+
 def _widths(graph, values) -> tuple[int, ...] | None:
     widths = tuple(graph.info(value).shape[-1] for value in values)
     return widths if all(isinstance(w, int) for w in widths) else None
@@ -227,7 +323,7 @@ def run(graph, registry) -> int:
     for node in list(graph.nodes):
         if (node.domain, node.op_type) != (DOMAIN, OP_TYPE) or node.attrs.get("packed"):
             continue
-        if _pack(graph, registry, node):
+        if _read_unbound(graph, node, ProjectionReader(graph, registry, node)) or _pack(graph, registry, node):
             count += 1
     if count:
         finish(graph, registry)

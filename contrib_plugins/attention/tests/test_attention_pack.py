@@ -263,3 +263,44 @@ def test_float16_engine_packs_before_precision_and_keeps_the_epilogue(rng):
     node = attention_of(engine.graph)
     assert engine.graph.producers()[node.inputs[0]].op_type == "Fused"  # no reformat between
     check_against_onnxruntime(model, engine, rng, 2e-2)
+
+
+def timm(unbind: str, dynamic: bool = False):
+    """timm's ViT attention: ``qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4)`` taken
+    apart along axis 0 as the exporters write ``unbind``/unpacking (``split``: Split and
+    Squeeze, the legacy exporter; ``slice``: Slice and Squeeze, dynamo; ``gather``:
+    ``qkv[0], qkv[1], qkv[2]``), then softmax(q k^T / sqrt(D)) v and the head merge."""
+    g, rng = Graph(), np.random.default_rng(5)
+    b, s = ("batch", "seq") if dynamic else (B, S)
+    x = g.input("x", (b, s, HIDDEN))
+    packed = projection(g, rng, x, "qkv", 3 * HIDDEN)
+    target = g.op("Concat", g.dim(packed, 0), g.dim(packed, 1), g.const("heads5", [3, H, D], np.int64), axis=0)
+    qkv = g.op("Transpose", g.op("Reshape", packed, target), perm=[2, 0, 3, 1, 4])
+    zero = g.const("axis0", [0], np.int64)
+    if unbind == "split":
+        out = [f"part{i}" for i in range(3)]
+        g.nodes.append(helper.make_node("Split", [qkv, g.const("ones", [1, 1, 1], np.int64)], out, axis=0))
+        q, k, v = (g.op("Squeeze", part, zero) for part in out)
+    elif unbind == "slice":
+        q, k, v = (g.op("Squeeze", g.op("Slice", qkv, g.const(f"lo{i}", [i], np.int64),
+                                        g.const(f"hi{i}", [i + 1], np.int64), zero), zero) for i in range(3))
+    else:
+        q, k, v = (g.op("Gather", qkv, g.const(f"at{i}", i, np.int64), axis=0) for i in range(3))
+    scores = g.op("Div", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const("root", np.sqrt(D)))
+    g.merge_heads(g.op("MatMul", g.op("Softmax", scores, axis=-1), v), HIDDEN)
+    return g.model()
+
+
+@pytest.mark.parametrize("unbind", ["split", "slice", "gather"])
+def test_timm_packed_qkv_is_read_in_place(unbind, rng):
+    """The attention reads timm's one qkv GEMM in place: no 5-D Transpose, no Split, Slice,
+    Squeeze or Gather left; the engine matches onnxruntime, over a dynamic batch and sequence too."""
+    model = timm(unbind)
+    engine = build(model, tf32=False)
+    ops = [layer["op"] for layer in engine.inspect()["layers"]]
+    assert ops == ["MatMul+Add", QUALIFIED], ops
+    assert attention_of(engine.graph).attrs["packed"] == [HIDDEN] * 3
+    check_against_onnxruntime(model, engine, rng, 1e-4)
+    dynamic = timm(unbind, dynamic=True)
+    engine = build(dynamic, profile={"x": ((1, 2, HIDDEN), (B, S, HIDDEN), (3, 7, HIDDEN))}, tf32=False)
+    check_against_onnxruntime(dynamic, engine, rng, 1e-4, shapes=((B, S), (3, 7), (1, 2)))
