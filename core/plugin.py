@@ -6,7 +6,8 @@ below, validates nodes against them, and calls the methods.
 
 Lifecycle of a node, and the plugin methods the core calls on the way:
 
-1. import: :attr:`OpPlugin.attributes` validate and default the node's attributes;
+1. import: :meth:`OpPlugin.declines` (leave a function op's node to its ONNX body), then
+   :attr:`OpPlugin.attributes` validate and default the node's attributes;
 2. inference: :meth:`OpPlugin.check` (refuse what the plugin declares unsupported), then
    :meth:`OpPlugin.infer` (output dtypes and shapes, symbolic dims allowed);
 3. constant folding, reference execution, calibration: :meth:`OpPlugin.reference`;
@@ -59,9 +60,7 @@ NORMALIZATION = "normalization"
 CONVERT = "convert"
 
 FLOAT_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
-INT_DTYPES = frozenset(
-    np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-)
+INT_DTYPES = frozenset(np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
 ALL_DTYPES = NUMERIC_DTYPES | {np.dtype(bool)}
 
@@ -167,12 +166,8 @@ class OpPlugin(OpIdentity):
         (use :meth:`unsupported`). Called before :meth:`infer`; the default accepts all."""
 
     def declines(self, node: "Node") -> str | None:
-        """For an op ONNX defines as a function of other ops (``Attention``, ``SwiGLU``, ...):
-        why this plugin leaves ``node`` to that function body, or ``None`` (the default): it
-        takes the node. The importer expands a declined node into its ONNX body instead of
-        keeping it (attributes and optional inputs or outputs the plugin does not implement).
-        Only the node is known here (attributes given, defaults filled), not its shapes."""
-        return None
+        """For an op ONNX defines as a function: why this plugin leaves ``node`` (no shapes
+        known) to the function body, which the importer then expands; ``None``: it takes it."""
 
     def infer(self, node: "Node", inputs: Sequence[TensorInfo | None]) -> list[TensorInfo]:
         """Return the outputs' dtypes and shapes (symbolic dims allowed).
@@ -296,14 +291,11 @@ class OpPlugin(OpIdentity):
     def unsupported(self, node: "Node", what: str, fix: str = "") -> UnsupportedError:
         """An :class:`UnsupportedError` naming the node and what this plugin refuses."""
         message = f"{node.describe()}: {what} is not supported by plugin {type(self).__name__}"
-        if fix:
-            message += f"; {fix}"
-        return UnsupportedError(message)
+        return UnsupportedError(message + (f"; {fix}" if fix else ""))
 
     def require_dtypes(self, node: "Node", inputs: Sequence[TensorInfo | None], allowed, which=None):
         """Raise :meth:`unsupported` unless each checked input's dtype is in ``allowed``."""
-        indices = range(len(inputs)) if which is None else which
-        for i in indices:
+        for i in range(len(inputs)) if which is None else which:
             info = optional(inputs, i)
             if info is not None and info.dtype not in allowed:
                 names = ", ".join(sorted(str(d) for d in allowed))

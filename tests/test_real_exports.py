@@ -29,9 +29,10 @@ MODELS = {"bert": 2, "bert_mask": 2, "gpt2": 2, "llama": 2, "t5_encoder": 2, "sw
 #: Exports whose attention reads Q, K and V in place from one projection GEMM (contrib-attention's
 #: pack_projections: BERT's and T5's three MatMuls packed, GPT-2's Split of c_attn read through).
 #: ViT's torchvision in_proj, sequence-first and sliced by layout ops, is read batch-first in place
-#: (read_seq_first). The rest: Swin's window attention slices its projection with layout ops;
-#: LLaMA has three, with the rotary embedding between them and the attention.
-PACKED = {"bert", "bert_mask", "gpt2", "t5_encoder", "vit"}
+#: (read_seq_first); Swin's qkv, reshaped to [B, N, 3, H, D], permuted and unbound as in timm's
+#: ViT, is read in place too (pack_projections). LLaMA has three, with the rotary embedding
+#: between them and the attention.
+PACKED = {"bert", "bert_mask", "gpt2", "swin", "t5_encoder", "vit"}
 #: Exports whose attention blocks keep no layout kernel: between each block's LayerNorm and
 #: its attention only the projection GEMM(s), right after it the output projection's GEMM
 #: (ViT: torch.nn.MultiheadAttention's sequence-first form, contrib-attention's read_seq_first;

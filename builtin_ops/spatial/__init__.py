@@ -17,7 +17,8 @@ from plugrt import hookimpl
 from . import affine_grid_ops, col2im_ops, grid_sample_ops, nms_ops, ops, resize_ops, roi_align_ops
 
 #: Every op of the family, in the order they register.
-OPS = ops.OPS + resize_ops.OPS + grid_sample_ops.OPS + affine_grid_ops.OPS + roi_align_ops.OPS + col2im_ops.OPS + nms_ops.OPS
+OPS = (ops.OPS + resize_ops.OPS + grid_sample_ops.OPS + affine_grid_ops.OPS + roi_align_ops.OPS + col2im_ops.OPS
+       + nms_ops.OPS)
 
 #: The plugrt plugin API versions this package is written for (see plugrt.registry).
 PLUGRT_API = (1, 1)

@@ -36,9 +36,8 @@ import math
 import numpy as np
 
 from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.plugin import Attr, Example, OpPlugin, TensorInfo, dims, optional
 from plugrt.passes.pattern import finish, make_node, origin_of, replace_node
-from plugrt.tactic import Launch
+from plugrt.plugin import Attr, Example, Launch, OpPlugin, TensorInfo, dims, optional
 
 from plugrt_contrib_attention.masks import Masking, mask_input
 from plugrt_contrib_attention.op import DOMAIN, DTYPES, OP_TYPE, OPSET, MultiHeadAttention
@@ -196,7 +195,7 @@ class StandardAttention(OpPlugin):
                     name="additive mask and causal", **tol),
             Example(qkv(f16, 1, 1, 1, 3, 4, 8, 8) + (TensorInfo(f32, (3, 4)),), name="float16, float32 mask",
                     rtol=1e-2, atol=1e-3),
-            Example(qkv(f32, 1, 2, 1, 2, 2, 4, 4) + (None, TensorInfo(f32, (1, 1, 3, 4)), TensorInfo(f32, (1, 1, 3, 4))),
+            Example(qkv(f32, 1, 2, 1, 2, 2, 4, 4) + (None,) + (TensorInfo(f32, (1, 1, 3, 4)),) * 2,
                     {"is_causal": 1}, n_outputs=3, name="a KV cache, causal from the cache's end", **tol),
             Example((TensorInfo(f32, (1, 2, 8)), TensorInfo(f32, (1, 2, 4)), TensorInfo(f32, (1, 2, 4)), None,
                      TensorInfo(f32, (1, 1, 2, 4)), TensorInfo(f32, (1, 1, 2, 4))),

@@ -29,10 +29,9 @@ def projected(rng, *, heads=2, kv_heads=1, head=4, three_d=False, mask=None, att
     ``Attention`` node over them (4-D after PyTorch's head split, or 3-D), the heads merged
     back and projected out. ``mask``: ``None``, ``"bool"`` or ``"float"``, a graph input
     ``mask`` of shape ``[batch, 1, seq, seq]``."""
-    w = {name: numpy_helper.from_array((rng.standard_normal((hidden, width)) / 3).astype(np.float32), name)
-         for name, width in (("wq", heads * head), ("wk", kv_heads * head), ("wv", kv_heads * head),
-                             ("wo", hidden))}
-    w["wo"] = numpy_helper.from_array((rng.standard_normal((heads * head, hidden)) / 3).astype(np.float32), "wo")
+    w = {name: numpy_helper.from_array((rng.standard_normal(shape) / 3).astype(np.float32), name)
+         for name, shape in (("wq", (hidden, heads * head)), ("wk", (hidden, kv_heads * head)),
+                             ("wv", (hidden, kv_heads * head)), ("wo", (heads * head, hidden)))}
     consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
               (("q_split", [0, 0, heads, head]), ("kv_split", [0, 0, kv_heads, head]), ("merge", [0, 0, heads * head]))]
     nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [f"{n}p"]) for n in "qkv"]
@@ -55,7 +54,8 @@ def projected(rng, *, heads=2, kv_heads=1, head=4, three_d=False, mask=None, att
     else:
         nodes += [helper.make_node("Transpose", ["a"], ["am"], perm=[0, 2, 1, 3]),
                   helper.make_node("Reshape", ["am", "merge"], ["ar"]), helper.make_node("MatMul", ["ar", "wo"], ["y"])]
-    graph = helper.make_graph(nodes, "attention23", inputs, [helper.make_tensor_value_info("y", FLOAT, ["batch", "seq", 8])],
+    output = helper.make_tensor_value_info("y", FLOAT, ["batch", "seq", 8])
+    graph = helper.make_graph(nodes, "attention23", inputs, [output],
                               list(w.values()) + consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     onnx.checker.check_model(model)
