@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from plugrt.kernels import cuda, flat, grid_1d, jit
-from plugrt.passes.pattern import finish, make_node, origin_of, replace_node
+from plugrt.passes.pattern import finish, fresh_name, make_node, origin_of, replace_node
 from plugrt.plugin import Attr, Example, Launch, OpPlugin, TensorInfo, dims, optional
 
 from plugrt_contrib_attention.masks import Masking, mask_input
@@ -247,10 +247,8 @@ def _seq(info):
 
 def present_infos(node, inputs) -> tuple[TensorInfo, TensorInfo]:
     """``present_key``, ``present_value``: ``[B, Hk, P + S, D]`` and ``[B, Hk, P + S, Dv]``."""
-    q, k, v = inputs[:3]
-    past = optional(inputs, 4)
     found = []
-    for x, cache in ((k, past), (v, optional(inputs, 5))):
+    for x, cache in ((inputs[1], optional(inputs, 4)), (inputs[2], optional(inputs, 5))):
         if x.rank == 4:
             b, heads, seq, width = x.shape
         else:
@@ -290,7 +288,7 @@ def run(graph, registry) -> int:
             if mask.dtype == BOOL:
                 masked = mask_input(graph, registry, Masking(wheres=[(node.inputs[3], True)]), dtype, base, origin)
             elif mask.dtype != dtype:
-                masked = f"{base}/mask_{dtype}"
+                masked = fresh_name(graph, f"{base}/mask_{dtype}")
                 cast = make_node(graph, registry, "Cast", [node.inputs[3]], [masked], {"to": _onnx_type(dtype)},
                                  opset=graph.opsets.get("", 13), name=masked, origin=origin_of(origin))
                 graph.add_node(cast)
