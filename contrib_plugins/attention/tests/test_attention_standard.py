@@ -163,21 +163,22 @@ def test_pytorch_llama_block_export_matches_onnx_reference(rng):
             np.testing.assert_allclose(context.execute(given)[out], reference.run(None, given)[0], rtol=1e-4, atol=1e-5)
 
 
-def test_mask_conversion_kernels_type_for_sm90():
-    """The simulator never types kernels: the op's boolean and float mask conversions,
-    compiled for sm_90."""
+def test_mask_and_cache_kernels_type_for_sm90():
+    """The simulator never types kernels: the op's boolean and float mask conversions and
+    its KV-cache append, compiled for sm_90."""
     import sys
 
     sys.path.insert(0, str(EXPORTS.parents[1]))
     from cuda_typing import compile_kernels
 
     failures = compile_kernels("""
-        from plugrt_contrib_attention.standard import _additive_cast, _additive_from_bool
+        from plugrt_contrib_attention.standard import _additive_cast, _additive_from_bool, _append_kv
         for out in ("float16", "float32"):
             check(f"bool -> {out}", _additive_from_bool, [arr(np.bool_), arr(out), I64, scalar(out), scalar(out)],
                   out != "float64")
             for given in ("float16", "float32", "float64"):
                 check(f"{given} -> {out}", _additive_cast, [arr(given), arr(out), I64, scalar(out), scalar(out)])
+            check(f"append {out}", _append_kv, [arr(out)] * 3 + [I64] * 8, True)
     """)
     assert not failures, "\\n".join(failures)
 
