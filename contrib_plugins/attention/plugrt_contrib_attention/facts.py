@@ -1,5 +1,5 @@
-"""Dim facts for the attention rewrites' checks, and the log line a rewrite that cannot
-apply leaves.
+"""Dim facts for the attention rewrites' checks, the int lists they read off nodes, and the
+log line a rewrite that cannot apply leaves.
 
 Inferred dims decide where they are ints or the same symbol; where they are symbols that
 differ (a Reshape whose target is computed from another tensor's shape), the dims at the
@@ -10,9 +10,28 @@ from __future__ import annotations
 
 import logging
 
-from plugrt.passes.pattern import shape_facts
+import numpy as np
+
+from plugrt.passes.pattern import constant_value, shape_facts
 
 log = logging.getLogger("plugrt.passes.fuse_attention")
+
+
+def perm_of(node) -> list[int] | None:
+    """A Transpose's ``perm`` (``None`` where it is left to the default)."""
+    perm = node.attrs.get("perm")
+    return None if perm is None else [int(p) for p in perm]
+
+
+def ints_of(graph, node, attr: str) -> list[int] | None:
+    """An int list given as attribute ``attr`` or (later opsets) as constant input 1:
+    Squeeze's and Unsqueeze's ``axes``."""
+    values = node.attrs.get(attr)
+    if len(node.inputs) > 1 and node.inputs[1]:
+        values = constant_value(graph, node.inputs[1])
+    if values is None:
+        return None
+    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 def not_fused(where, why: str) -> None:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugrt.passes.pattern import (Rule, add_constant, capture, constant_value, either, finish, fresh_name, make_node,
+from plugrt.passes.pattern import (Rule, add_constant, capture, either, finish, fresh_name, make_node,
                                    op, origin_of, remove_nodes, rewrite_matches)
 
-from plugrt_contrib_attention.facts import Dims
+from plugrt_contrib_attention.facts import Dims, ints_of, perm_of
 from plugrt_contrib_attention.op import DOMAIN, OP_TYPE
 from plugrt_contrib_attention.problem import parse_layout
 
@@ -34,17 +34,12 @@ _fused = either(op(OP_TYPE, capture("q"), capture("k"), capture("v"), domain=DOM
 _swapped = op("Transpose", _fused, name="merge_t")
 
 
-def _perm(node) -> list[int] | None:
-    perm = node.attrs.get("perm")
-    return None if perm is None else [int(p) for p in perm]
-
-
 def _merge(graph, registry, match):
     """The output's head merge (or the Transpose alone) into the fused node."""
     node, swap = match.node("mha"), match.node("merge_t")
     layout = list(parse_layout(node.attrs.get("layout")))
     out = node.outputs[0]
-    if layout[3] != "bhsd" or _perm(swap) != _HEAD_SWAP or graph.info(out) is None:
+    if layout[3] != "bhsd" or perm_of(swap) != _HEAD_SWAP or graph.info(out) is None:
         return None
     attrs = dict(node.attrs)
     if match.root is swap:
@@ -114,17 +109,13 @@ class _Sources:
         return out
 
     def _axes(self, node) -> list[int] | None:
-        axes = node.attrs.get("axes")
-        if len(node.inputs) > 1 and node.inputs[1]:
-            axes = constant_value(self.graph, node.inputs[1])
-        if axes is None:
-            return None
-        return [int(a) % 5 for a in list(axes.reshape(-1) if hasattr(axes, "reshape") else axes)]
+        axes = ints_of(self.graph, node, "axes")
+        return None if axes is None else [a % 5 for a in axes]
 
     def swapped(self, name: str, reader):
         """The ``[B, S, H, D]`` value whose head swap ``name`` is, or ``None``."""
         node = self._only_ours(name, reader)
-        if node is None or node.op_type != "Transpose" or _perm(node) != _HEAD_SWAP:
+        if node is None or node.op_type != "Transpose" or perm_of(node) != _HEAD_SWAP:
             return None
         return node.inputs[0], node
 

@@ -40,7 +40,7 @@ import numpy as np
 from plugrt.passes.pattern import (add_constant, constant_value, finish, fresh_name, insert_nodes, make_node, origin_of,
                                    remove_nodes, replace_node)
 
-from plugrt_contrib_attention.facts import Dims
+from plugrt_contrib_attention.facts import Dims, ints_of, perm_of
 from plugrt_contrib_attention.heads import remove_unread
 from plugrt_contrib_attention.op import DOMAIN, OP_TYPE
 from plugrt_contrib_attention.problem import parse_layout
@@ -129,11 +129,13 @@ class ProjectionReader:
         return split if int(split.attrs.get("axis") or 0) % rank == rank - 1 else None
 
 
+#: The permute of timm's ``qkv.reshape(B, N, 3, H, D)``: Q, K, V first, then ``[B, H, N, D]``.
+_UNBOUND_PERM = [2, 0, 3, 1, 4]
+
+
 class Unbound:
     """Q, K and V as entries 0, 1, 2 along axis 0 of ``Transpose(Reshape(p, [B, S, 3, H, D]),
-    [2, 0, 3, 1, 4])``: :meth:`find` gives ``(p, H, H * D, the nodes between)`` or why not."""
-
-    PERM = [2, 0, 3, 1, 4]
+    [2, 0, 3, 1, 4])``: :meth:`find` gives ``(p, H, H * D, the nodes between)``, or ``None``."""
 
     def __init__(self, graph, reader: ProjectionReader):
         self.graph, self.reader = graph, reader
@@ -146,7 +148,7 @@ class Unbound:
         if len(sources) != 1 or [t[1] for t in taken] != [0, 1, 2]:
             return None
         transpose = self.reader.producers.get(sources.pop())
-        if transpose is None or transpose.op_type != "Transpose" or _perm_of(transpose) != self.PERM:
+        if transpose is None or transpose.op_type != "Transpose" or perm_of(transpose) != _UNBOUND_PERM:
             return None
         reshape = self.reader.producers.get(transpose.inputs[0])
         if reshape is None or reshape.op_type != "Reshape":
@@ -174,7 +176,7 @@ class Unbound:
             if index is not None and index.ndim == 0:
                 return node.inputs[0], int(index), [node]
             return None
-        if node.op_type != "Squeeze" or _axes(graph, node) != [0]:
+        if node.op_type != "Squeeze" or ints_of(graph, node, "axes") != [0]:
             return None
         piece = producers.get(node.inputs[0])
         if piece is not None and piece.op_type == "Split" and int(piece.attrs.get("axis") or 0) == 0 \
@@ -189,19 +191,6 @@ class Unbound:
                 if end == start + 1:
                     return piece.inputs[0], start, [node, piece]
         return None
-
-
-def _perm_of(node) -> list[int] | None:
-    perm = node.attrs.get("perm")
-    return None if perm is None else [int(p) for p in perm]
-
-
-def _axes(graph, node) -> list[int] | None:
-    """A Squeeze's axes: the attribute, or (opset 13 on) constant input 1."""
-    axes = node.attrs.get("axes")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        axes = constant_value(graph, node.inputs[1])
-    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
 
 
 def _read_unbound(graph, node, reader: ProjectionReader) -> bool:

@@ -40,7 +40,7 @@ import numpy as np
 from plugrt.passes.pattern import (add_constant, constant_value, finish, fresh_name, insert_nodes, make_node,
                                    origin_of, remove_nodes, replace_node)
 
-from plugrt_contrib_attention.facts import Dims
+from plugrt_contrib_attention.facts import Dims, ints_of, perm_of
 from plugrt_contrib_attention.heads import remove_unread
 from plugrt_contrib_attention.op import DOMAIN, OP_TYPE
 from plugrt_contrib_attention.pack import ProjectionReader
@@ -49,21 +49,6 @@ from plugrt_contrib_attention.problem import parse_layout
 NAME = "read_seq_first"
 log = logging.getLogger("plugrt.passes.read_seq_first")
 ROLES = ("Q", "K", "V")
-
-
-def _perm(node) -> list[int] | None:
-    perm = node.attrs.get("perm")
-    return None if perm is None else [int(p) for p in perm]
-
-
-def _ints(graph, node, attr: str) -> list[int] | None:
-    """An int list given as attribute ``attr`` or (later opsets) as constant input 1."""
-    values = node.attrs.get(attr)
-    if len(node.inputs) > 1 and node.inputs[1]:
-        values = constant_value(graph, node.inputs[1])
-    if values is None:
-        return None
-    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 class _Walk:
@@ -89,7 +74,7 @@ class _Walk:
         outer = self.made_by(name, "Reshape", 3, 4)
         swap = outer and self.made_by(outer.inputs[0], "Transpose", 3, 3)
         inner = swap and self.made_by(swap.inputs[0], "Reshape", 3, 3)
-        if not inner or _perm(swap) != [1, 0, 2]:
+        if not inner or perm_of(swap) != [1, 0, 2]:
             return "not Reshape(Transpose(Reshape(x, [S, B * H, D]), [1, 0, 2]), [B, H, S, D])"
         merged, x = inner.outputs[0], inner.inputs[0]
         if not (dims.product(name, (0, 1), merged, 1) and dims.equal(name, 0, x, 1) and dims.equal(name, 2, x, 0)
@@ -112,8 +97,8 @@ class _Walk:
             return "not a Gather of Squeeze(Transpose(Unsqueeze(Reshape(p)))) (PyTorch's _in_projection_packed)"
         at = constant_value(self.graph, gather.inputs[1])
         if (int(gather.attrs.get("axis") or 0) != 0 or at is None or at.size != 1 or int(at.reshape(-1)[0]) != index
-                or _ints(self.graph, squeeze, "axes") not in ([3], [-2]) or _perm(swap) != [3, 1, 2, 0, 4]
-                or (unsqueeze and _ints(self.graph, unsqueeze, "axes") != [0])):
+                or ints_of(self.graph, squeeze, "axes") not in ([3], [-2]) or perm_of(swap) != [3, 1, 2, 0, 4]
+                or (unsqueeze and ints_of(self.graph, unsqueeze, "axes") != [0])):
             return f"the Gather, Squeeze, Transpose or Unsqueeze do not pick {ROLES[index]} as part {index} of 3"
         p, parts, dims = split.inputs[0], split.outputs[0], self.dims
         if not ((not lead or dims.is_size(parts, 0, 1)) and dims.equal(parts, lead, p, 0)
@@ -141,7 +126,7 @@ def _read_in(graph, registry, node) -> str | bool:
     if isinstance(projection, str):
         return f"the packed {projection}"
     swap = walk.made_by(projection.x, "Transpose", 3, 3)
-    if swap is None or _perm(swap) != [1, 0, 2]:
+    if swap is None or perm_of(swap) != [1, 0, 2]:
         return "the packed projection is of a sequence-first value that no Transpose [1, 0, 2] made"
     heads, width = walk.dims.fixed(node.inputs[0], 1), walk.dims.fixed(node.inputs[0], 3)
     if not isinstance(heads, int) or not isinstance(width, int):
@@ -238,7 +223,7 @@ def _write_out(graph, registry, node) -> str | bool:
     merge, flat, gemm, unflat, back = found
     o, dims = node.outputs[0], chain.walk.dims
     heads, out = dims.fixed(o, 1), flat.inputs[0]
-    if (_perm(merge) != [2, 0, 1, 3] or _perm(back) != [1, 0, 2] or not isinstance(heads, int)
+    if (perm_of(merge) != [2, 0, 1, 3] or perm_of(back) != [1, 0, 2] or not isinstance(heads, int)
             or node.attrs.get("num_heads") not in (0, None, heads)):
         return "the Transposes are not [2, 0, 1, 3] after the attention and [1, 0, 2] after the projection"
     rows, projected = flat.outputs[0], gemm.outputs[0]

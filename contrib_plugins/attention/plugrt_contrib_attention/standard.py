@@ -108,7 +108,7 @@ class StandardAttention(OpPlugin):
         mask = optional(inputs, 3)
         if not _cached(node):
             _check_mask(self, node, mask, _seq(inputs[1]))
-            return MultiHeadAttention().infer(as_multi_head(node), _mha_inputs(inputs))
+            return MultiHeadAttention().infer(as_multi_head(node, inputs[0].rank), _mha_inputs(inputs))
         present_k, present_v = present_infos(node, inputs)
         _check_mask(self, node, mask, present_k.shape[2])
         if node.attrs.get("is_causal") and optional(inputs, 4) is not None:
@@ -163,7 +163,8 @@ class StandardAttention(OpPlugin):
         mask = optional(inputs, 3)
         converted = mask is not None and mask.dtype != inputs[0].dtype
         if not _cached(node):
-            found = MultiHeadAttention().tactics(as_multi_head(node), _mha_inputs(inputs), outputs[:1], wanted=wanted)
+            found = MultiHeadAttention().tactics(as_multi_head(node, inputs[0].rank), _mha_inputs(inputs), outputs[:1],
+                                                 wanted=wanted)
             return [_converting(tactic, mask, inputs[0].dtype) for tactic in found] if converted else found
         present_k, present_v = present_infos(node, inputs)
         found = MultiHeadAttention().tactics(cached_multi_head(node, inputs),
@@ -203,13 +204,15 @@ class StandardAttention(OpPlugin):
         ]
 
 
-def as_multi_head(node):
-    """``node`` as the ``MultiHeadAttention`` node computing the same (its inputs unchanged;
-    a mask the caller has made additive in Q's dtype)."""
-    three_d = bool(node.attrs.get("q_num_heads")) and bool(node.attrs.get("kv_num_heads"))
+def as_multi_head(node, rank: int):
+    """``node`` (Q of ``rank`` 3 or 4) as the ``MultiHeadAttention`` node computing the same
+    (its inputs unchanged; a mask the caller has made additive in Q's dtype). The layout
+    follows the rank: opsets 23 and 24 let a 4-D node name its head counts too."""
+    three_d = rank == 3
     attrs = {"scale": node.attrs.get("scale"), "guard_nan": 1, "causal": 1 if node.attrs.get("is_causal") else 0,
              "causal_fill": None, "layout": "bsh,bsh,bsh,bsh" if three_d else "bhsd,bhsd,bhsd,bhsd",
-             "num_heads": node.attrs.get("q_num_heads") or 0, "kv_num_heads": node.attrs.get("kv_num_heads") or 0,
+             "num_heads": node.attrs.get("q_num_heads") or 0 if three_d else 0,
+             "kv_num_heads": node.attrs.get("kv_num_heads") or 0 if three_d else 0,
              "mask_period": 0, "packed": None}
     return node.replace(op_type=OP_TYPE, domain=DOMAIN, opset=OPSET, attrs=attrs)
 
@@ -263,7 +266,7 @@ def present_infos(node, inputs) -> tuple[TensorInfo, TensorInfo]:
 def cached_multi_head(node, inputs):
     """The ``MultiHeadAttention`` node over the present K and V (``bhsd``), Q and the
     output in Q's layout; causal from the cache's end (``causal=2``)."""
-    mha = as_multi_head(node)
+    mha = as_multi_head(node, inputs[0].rank)
     q_layout = "bsh" if inputs[0].rank == 3 else "bhsd"
     attrs = dict(mha.attrs, layout=f"{q_layout},bhsd,bhsd,{q_layout}", kv_num_heads=0)
     if attrs["causal"] and optional(inputs, 4) is not None:
@@ -295,7 +298,7 @@ def run(graph, registry) -> int:
             else:
                 masked = node.inputs[3]
             names.append(masked)
-        fused = as_multi_head(node).replace(inputs=tuple(names), outputs=node.outputs[:1])
+        fused = as_multi_head(node, inputs[0].rank).replace(inputs=tuple(names), outputs=node.outputs[:1])
         replace_node(graph, node, fused)
         graph.opsets.setdefault(DOMAIN, OPSET)
         count += 1
@@ -305,9 +308,10 @@ def run(graph, registry) -> int:
 
 
 def _refused(node, inputs) -> bool:
+    op = StandardAttention()
     try:
-        StandardAttention().check(node, inputs)
-        StandardAttention().infer(node, inputs)
+        op.check(node, inputs)
+        op.infer(node, inputs)
     except Exception:  # noqa: BLE001 - whatever the op refuses stays the op's, to report
         return True
     return False

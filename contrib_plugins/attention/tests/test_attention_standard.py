@@ -96,9 +96,11 @@ def layer_ops(engine):
     return [layer["op"] for layer in engine.inspect()["layers"]]
 
 
-@pytest.mark.parametrize("case", ["4d_causal_gqa", "3d_bool_mask", "4d_float_mask"])
+@pytest.mark.parametrize("case", ["4d_causal_gqa", "3d_bool_mask", "4d_float_mask", "4d_named_heads"])
 def test_attention_runs_as_one_fused_layer_and_matches_onnxruntime(case, rng):
+    """(``4d_named_heads``: opsets 23 and 24 let a 4-D node name its head counts too.)"""
     model = {"4d_causal_gqa": lambda: projected(rng, attrs={"is_causal": 1}),
+             "4d_named_heads": lambda: projected(rng, attrs={"is_causal": 1, "q_num_heads": 2, "kv_num_heads": 1}),
              "3d_bool_mask": lambda: projected(rng, three_d=True, mask="bool"),
              "4d_float_mask": lambda: projected(rng, heads=2, kv_heads=2, mask="float", attrs={"scale": 0.25})}[case]()
     assert "Attention" in {node.op_type for node in import_model(model).nodes}  # (kept whole, not expanded)
