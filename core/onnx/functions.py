@@ -45,18 +45,19 @@ DEPTH = 4
 LIGHT_ELEMENTS = 1 << 16
 
 
-def expand_functions(model: onnx.ModelProto, registry, fold=None) -> onnx.ModelProto:
+def expand_functions(model: onnx.ModelProto, registry, fold=None, declines=None) -> onnx.ModelProto:
     """``model`` with its local functions inlined and every standard op that no plugin
-    provides but ONNX defines as a function expanded; ``model`` itself when there is
-    nothing to do (it is never changed). ``fold(model)``, when given, runs before each
-    round and after the last (bodies branch on what shapes decide: ``If`` nodes)."""
+    provides, or that ``declines(op, node, opsets)`` says its plugin declines, but ONNX
+    defines as a function expanded; ``model`` itself when there is nothing to do (it is
+    never changed). ``fold(model)``, when given, runs before each round and after the last
+    (bodies branch on what shapes decide: ``If`` nodes)."""
     fold = fold or (lambda m: m)
     if model.functions:
         model = _inline(model, "the model's local functions")
     for _ in range(DEPTH):
         model = fold(model)
         opsets = {canonical_domain(entry.domain): entry.version for entry in model.opset_import}
-        wanted = [k for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry)]
+        wanted = [k for k, node in enumerate(model.graph.node) if _expandable(node, opsets, registry, declines)]
         if not wanted:
             return model
         model = copy_model(model)
@@ -97,7 +98,7 @@ def _schema(node: onnx.NodeProto, opsets: dict):
         return None
 
 
-def _expandable(node: onnx.NodeProto, opsets: dict, registry) -> bool:
+def _expandable(node: onnx.NodeProto, opsets: dict, registry, declines) -> bool:
     domain = canonical_domain(node.domain)
     if domain not in opsets:
         return False
@@ -105,24 +106,17 @@ def _expandable(node: onnx.NodeProto, opsets: dict, registry) -> bool:
     schema = _schema(node, opsets)
     if schema is None or not (schema.has_function or schema.has_context_dependent_function):
         return False
-    return op is None or _declined(op, node, opsets[domain])
+    return op is None or _declined(op, node, opsets, declines)
 
 
-def _declined(op, proto: onnx.NodeProto, opset: int) -> bool:
+def _declined(op, proto: onnx.NodeProto, opsets: dict, declines) -> bool:
     """Whether the plugin providing ``proto``'s op leaves it to its function body
-    (:meth:`plugrt.plugin.OpPlugin.declines`)."""
-    from plugrt.ir.graph import Node
-
-    attrs = {attr.name: attr.default for attr in op.attributes}
-    for attribute in proto.attribute:
-        value = onnx.helper.get_attribute_value(attribute)
-        attrs[attribute.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    node = Node(proto.name or proto.op_type, proto.op_type, canonical_domain(proto.domain), tuple(proto.input),
-                tuple(proto.output), attrs, opset, ())
-    reason = op.declines(node)
+    (``declines(op, proto, opsets)``: the importer asks the plugin with the node as it
+    imports it, :meth:`plugrt.plugin.OpPlugin.declines`)."""
+    reason = declines(op, proto, opsets) if declines is not None else None
     if reason:
         log.info("node %s: plugin %s declines it (%s); expanded into its ONNX function body",
-                 printable(node.name), type(op).__name__, reason)
+                 printable(proto.name or proto.op_type), type(op).__name__, reason)
     return bool(reason)
 
 

@@ -126,7 +126,14 @@ def prepare_model(model: onnx.ModelProto, registry) -> onnx.ModelProto:
     def evaluate(current: onnx.ModelProto, name: str):
         return _known_value(current, name, registry)
 
-    return expand_functions(model, registry, fold=lambda m: fold_conditionals(m, evaluate))
+    return expand_functions(model, registry, fold=lambda m: fold_conditionals(m, evaluate), declines=_declines)
+
+
+def _declines(op: OpPlugin, proto: onnx.NodeProto, opsets: dict) -> str | None:
+    """Why ``op``'s plugin leaves ``proto`` to its ONNX function body (the node as the
+    importer makes it: :meth:`plugrt.plugin.OpPlugin.declines`)."""
+    node = _node(proto, 0, opsets)
+    return op.declines(node.replace(attrs=_attributes(proto, node, op)))
 
 
 def _known_value(model: onnx.ModelProto, name: str, registry):
