@@ -318,25 +318,31 @@ def strided_stem_net(rng, channels, size, kernel, stride, pads, batch=2):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("channels, size, kernel, stride, pads, taps", [
-    (3, (14, 14), 7, 2, [3, 3, 3, 3], 4),  # ResNet's stem: 4x4 taps over 12 (16) channels
-    (3, (13, 11), 5, 2, [2, 1, 0, 2], 3),  # odd sizes (padded to whole blocks), uneven pads
-    (1, (9, 12), 3, 3, [1, 1, 1, 1], 2),  # grayscale, stride 3: 9 channels a block
-    (3, (12, 8), 4, 4, [0, 0, 0, 0], 1),  # a patch embedding (ConvNeXt's, a ViT's): a 1x1 over 48 channels
+@pytest.mark.parametrize("channels, size, kernel, stride, pads, folded", [
+    # ResNet's stem: pairs of pixels along W (3 channels padded to 4 first), stride 2 along
+    # H, 7 x 4 taps over 8 channels: no copy makes the pairs (a Reshape)
+    (3, (14, 14), 7, 2, [3, 3, 3, 3], ([7, 4], [2, 1], 8)),
+    (3, (13, 11), 5, 2, [2, 1, 0, 2], ([5, 3], [2, 1], 8)),  # odd W (padded to whole pairs), uneven pads
+    (1, (9, 12), 3, 3, [1, 1, 1, 1], ([3, 2], [3, 1], 8)),  # grayscale, stride 3: triples padded 3 -> 8
+    # a patch embedding (ConvNeXt's, a ViT's): 4 x 4 blocks (a Transpose), a 1x1 over 48 channels
+    (3, (12, 8), 4, 4, [0, 0, 0, 0], ([1, 1], [1, 1], 48)),
 ])
 @pytest.mark.parametrize("fp16", [False, True])
-def test_a_strided_stem_over_few_channels_runs_on_its_blocks(rng, channels, size, kernel, stride, pads, taps, fp16):
-    """A first layer's stride folds into its channels (space to depth): the stem becomes a
-    stride-1 ConvNHWC of ``taps x taps`` over the ``stride x stride`` blocks (K shorter than
-    ``kernel x kernel`` over 8 padded channels), and the engine matches onnxruntime."""
+def test_a_strided_stem_over_few_channels_runs_on_its_blocks(rng, channels, size, kernel, stride, pads, folded, fp16):
+    """A first layer's stride folds into its channels (space to depth), along W alone or
+    along both axes, whichever gives the shorter K (shorter than ``kernel x kernel`` over 8
+    padded channels), and the engine matches onnxruntime."""
     model = strided_stem_net(rng, channels, size, kernel, stride, pads)
     graph = ops_after_passes(model)
     stem = next(n for n in graph.nodes if n.name == "stem")
-    depth = stride * stride * channels
-    assert stem.op_type == "ConvNHWC" and list(stem.attrs["kernel_shape"]) == [taps, taps], stem.attrs
-    assert list(stem.attrs["strides"]) == [1, 1]
-    assert graph.info(stem.inputs[1]).shape == (8, taps, taps, depth + (-depth % 8))
-    assert taps * taps * (depth + (-depth % 8)) < kernel * kernel * 8
+    taps, strides, depth = folded
+    assert stem.op_type == "ConvNHWC" and list(stem.attrs["kernel_shape"]) == taps, stem.attrs
+    assert list(stem.attrs["strides"]) == strides
+    assert graph.info(stem.inputs[1]).shape == (8, *taps, depth)
+    assert taps[0] * taps[1] * depth < kernel * kernel * 8
+    # a fold along W alone moves no data: no Transpose but the input's to channels-last
+    transposes = sum(n.op_type == "Transpose" for n in graph.nodes)
+    assert transposes == (2 if strides[1] == 1 and strides[0] > 1 else 3), graph.nodes
     x = rng.standard_normal((2, channels, *size)).astype(np.float32)
     want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     profile = OptimizationProfile().set_shape("x", (1, channels, *size), (2, channels, *size), (2, channels, *size))

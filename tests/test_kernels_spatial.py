@@ -239,24 +239,28 @@ def test_kernels_compile_for_the_gpu():
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int32])
-@pytest.mark.parametrize("channels, pads, fill", [(3, [0, 0, 0, 0, 0, 0, 0, 5], None), (3, [0, 0, 0, 2, 0, 0, 0, 3], 7),
-                                                  (3, [0, 0, 0, 0, 0, 0, 0, 0], None),
-                                                  (5, [0, 0, 0, 4, 0, 0, 0, 7], None)])
-def test_pad_of_the_last_axis_runs_the_row_kernel(rng, dtype, channels, pads, fill):
-    """A channels-last image's channels padded to whole vectors (3 -> 8, 5 -> 16), and a
-    fill input: the ``rows`` tactic, by 16-byte vectors where the rows are whole vectors
-    of float16 or float32 (``rows_vec8``), checked with every other tactic against the
-    reference."""
+@pytest.mark.parametrize("lead, channels, pads, fill", [((2, 3, 4), 3, [0, 0, 0, 0, 0, 0, 0, 5], None),
+                                                        ((2, 3, 4), 3, [0, 0, 0, 2, 0, 0, 0, 3], 7),
+                                                        ((2, 3, 4), 3, [0, 0, 0, 0, 0, 0, 0, 0], None),
+                                                        ((2, 3, 4), 5, [0, 0, 0, 4, 0, 0, 0, 7], None),
+                                                        ((2, 3, 5), 3, [0, 0, 0, 0, 0, 0, 0, 1], None),
+                                                        ((1, 3, 2), 2, [0, 0, 0, 1, 0, 0, 0, 0], 2),
+                                                        ((1, 1, 3), 3, [0, 0, 0, 0, 0, 0, 0, 1], None)])
+def test_pad_of_the_last_axis_runs_the_row_kernel(rng, dtype, lead, channels, pads, fill):
+    """A channels-last image's channels padded (3 -> 8, 5 -> 16; 3 -> 4, where a vector
+    spans two rows), and a fill input: the ``rows`` tactic, by 16-byte vectors where the
+    output is whole vectors of float16 or float32 (``rows_vec8``), checked with every
+    other tactic against the reference."""
     from plugrt.onnx.importer import import_model
     from plugrt.registry import default_registry
     from plugrt.testing import node_tactics, single_node_model
 
-    feeds = {"x": _x(rng, (2, 3, 4, channels), dtype), "pads": np.array(pads, np.int64)}
+    feeds = {"x": _x(rng, (*lead, channels), dtype), "pads": np.array(pads, np.int64)}
     if fill is not None:
         feeds["value"] = np.array(fill, dtype)
     check_node("Pad", feeds, constants={"pads"})
     graph = import_model(single_node_model("Pad", feeds, {}, constants={"pads"}), registry=default_registry())
-    vectors = (channels + pads[3] + pads[7]) % 8 == 0 and dtype != np.int32
+    vectors = int(np.prod(lead)) * (channels + pads[3] + pads[7]) % 8 == 0 and dtype != np.int32
     assert [t.name for t in node_tactics(graph, default_registry())] == ["rows_vec8"] * vectors + ["rows", "direct"]
 
 

@@ -122,20 +122,30 @@ def channels_last_form(node, graph, multiple: int = CHANNEL_MULTIPLE) -> dict | 
 
 def space_to_depth_form(node, graph, form: dict, multiple: int = CHANNEL_MULTIPLE) -> dict | None:
     """A first layer's stride folded into its channels (space to depth, as TPU ResNet-50
-    stems do), where that shortens its K: a stride-``s`` Conv over C channels is a stride-1 Conv over the
-    ``s x s`` blocks of its input, ``s * s * C`` channels each (channel ``(rh * s + rw) *
-    C + c``). ResNet's 7x7/2 stem over 3 channels: K 4 * 4 * 16 = 256 instead of 7 * 7 * 8
-    = 392 (FP16; INT8: 256 instead of 784), its 16-byte chunks two a tap instead of one.
+    stems do), where that shortens its K: a stride-``s`` Conv over C channels is a Conv over
+    blocks of its input, each block's pixels read as channels. Two foldings are weighed,
+    the shortest K kept (ties: the first):
 
-    Along each axis (kernel k, pads b and e, input size H, output size O): with ``l =
-    ceil(b / s)`` blocks of padding before, tap j of ``k' = floor((k - 1 - b) / s) + l + 1``
-    and block offset r carry the original tap ``t = s * (j - l) + r + b`` (zero where t is
-    outside 0..k-1); the block Conv pads ``l`` before and what the last output reaches past
-    the ``ceil(H / s)`` blocks after (the input zero-padded to whole blocks first). ``form``:
+    - along W alone: ``[N, H, W, C]`` *is* ``[N, H, W/s, s * C]`` in memory (a Reshape,
+      no copy), so the Conv keeps its stride along H and runs stride 1 over the pairs
+      (triples, ...) of pixels along W. ResNet's 7x7/2 stem over 3 channels padded to 4
+      first: 7 x 4 taps over 8 channels, K 224 instead of 7 * 7 * 8 = 392;
+    - along both axes, ``s x s`` blocks (a Transpose makes them channels): a stride-1
+      Conv. ResNet's stem in an INT8 build (16-byte chunks of 16 int8): 4 x 4 taps over 16
+      channels, K 256 instead of 784.
+
+    A block's channels ``(rh * fw + rw) * C' + c`` are made whole chunks either by padding
+    C to ``C'`` first (where that gives whole chunks, ``pre_pad``) or by padding the block
+    after (``pad_channels``), whichever gives the shorter K. Along a folded axis (kernel k,
+    pads b and e, input size H, output size O): with ``l = ceil(b / s)`` blocks of padding
+    before, tap j of ``k' = floor((k - 1 - b) / s) + l + 1`` and block offset r carry the
+    original tap ``t = s * (j - l) + r + b`` (zero where t is outside 0..k-1); the block
+    Conv pads ``l`` before and what the last output reaches past the ``ceil(H / s)``
+    blocks after (the input zero-padded to whole blocks first). ``form``:
     :func:`channels_last_form`'s for ``node``. Returns ``{"attrs", "weight",
-    "pad_channels", "block", "spatial_pad"}``, or None where it does not apply (channels
-    already whole, a group, unequal strides or stride 1, dilation, a symbolic spatial size)
-    or would not shorten K."""
+    "pad_channels", "pre_pad", "fold", "spatial_pad"}`` (``fold``: the block's height and
+    width), or None where folding does not apply (channels already whole, a group,
+    unequal strides or stride 1, dilation, a symbolic spatial size) or would not shorten K."""
     attrs = form["attrs"]
     x, w = graph.info(node.inputs[0]), graph.info(node.inputs[1])
     strides = list(attrs.get("strides", [1, 1]))
@@ -143,36 +153,61 @@ def space_to_depth_form(node, graph, form: dict, multiple: int = CHANNEL_MULTIPL
             or strides[0] != strides[1] or strides[0] < 2 or not all(isinstance(d, int) for d in x.shape[2:])):
         return None
     s, channels = strides[0], x.shape[1]
-    kernel, pads = w.value.shape[2:], list(attrs.get("pads", [0, 0, 0, 0]))
-    blocks, taps, begins, ends, origins = [], [], [], [], []
+    best, best_k = None, w.value.shape[2] * w.value.shape[3] * (channels + form["pad_channels"])
+    for fold in ((1, s), (s, s)):
+        found = _folded(w.value, x.shape[2:], list(attrs.get("pads", [0, 0, 0, 0])), s, fold, channels, multiple)
+        if found is not None and found[0] < best_k:
+            best_k, best = found
+    if best is None:
+        return None
+    best["attrs"] = {**attrs, **best["attrs"]}
+    return best
+
+
+def _folded(weight, size, pads, s: int, fold: tuple, channels: int, multiple: int):
+    """``(K, form)`` of :func:`space_to_depth_form`'s folding ``fold`` (block height and
+    width, each 1 or the stride ``s``), or None where a block's taps would give more outputs
+    than the Conv."""
+    kernel = weight.shape[2:]
+    kernels, strides, begins, ends, origins, extra = [], [], [], [], [], []
     for axis in range(2):
-        k, b, e, size = kernel[axis], pads[axis], pads[axis + 2], x.shape[2 + axis]
-        out = (size + b + e - k) // s + 1
+        k, b, e, f = kernel[axis], pads[axis], pads[axis + 2], fold[axis]
+        if f == 1:  # (this axis keeps its stride and pads)
+            kernels.append(k), strides.append(s), begins.append(b), ends.append(e), extra.append(0)
+            origins.append([[j] for j in range(k)])
+            continue
+        out = (size[axis] + b + e - k) // s + 1
         lead = -(-b // s)
-        tap_count = (k - 1 - b) // s + lead + 1
-        block_count = -(-size // s)
-        end = (out - 1) - lead + tap_count - 1 - (block_count - 1)
+        taps = (k - 1 - b) // s + lead + 1
+        blocks = -(-size[axis] // s)
+        end = (out - 1) - lead + taps - 1 - (blocks - 1)
         if end < 0:  # (the blocks would give more outputs than the Conv)
             return None
-        blocks.append(block_count), taps.append(tap_count), begins.append(lead), ends.append(end)
-        origins.append([[s * (j - lead) + r + b for r in range(s)] for j in range(tap_count)])
-    depth = s * s * channels
-    pad = -depth % multiple
-    if taps[0] * taps[1] * (depth + pad) >= kernel[0] * kernel[1] * (channels + form["pad_channels"]):
-        return None
-    original = np.moveaxis(w.value, 1, -1)  # [M, kh, kw, C]
-    weight = np.zeros((original.shape[0], taps[0], taps[1], depth + pad), original.dtype)
+        kernels.append(taps), strides.append(1), begins.append(lead), ends.append(end)
+        extra.append(blocks * s - size[axis])
+        origins.append([[s * (j - lead) + r + b for r in range(s)] for j in range(taps)])
+    pixels = fold[0] * fold[1]
+    pre = next((p for p in range(multiple) if not (pixels * (channels + p)) % multiple), None)
+    post = -(pixels * channels) % multiple
+    if pre is None or pixels * (channels + pre) > pixels * channels + post:
+        pre = 0
+    else:
+        post = 0
+    depth = pixels * (channels + pre)
+    original = np.moveaxis(weight, 1, -1)  # [M, kh, kw, C]
+    folded = np.zeros((original.shape[0], kernels[0], kernels[1], depth + post), original.dtype)
     for jh, row in enumerate(origins[0]):
         for jw, column in enumerate(origins[1]):
             for rh, th in enumerate(row):
                 for rw, tw in enumerate(column):
                     if 0 <= th < kernel[0] and 0 <= tw < kernel[1]:
-                        at = (rh * s + rw) * channels
-                        weight[:, jh, jw, at:at + channels] = original[:, th, tw]
-    block_attrs = {**attrs, "kernel_shape": taps, "strides": [1, 1], "pads": [begins[0], begins[1], ends[0], ends[1]],
+                        at = (rh * fold[1] + rw) * (channels + pre)
+                        folded[:, jh, jw, at:at + channels] = original[:, th, tw]
+    block_attrs = {"kernel_shape": kernels, "strides": strides, "pads": [begins[0], begins[1], ends[0], ends[1]],
                    "dilations": [1, 1]}
-    return {"attrs": block_attrs, "weight": weight, "pad_channels": pad, "block": s,
-            "spatial_pad": [blocks[0] * s - x.shape[2], blocks[1] * s - x.shape[3]]}
+    k_total = kernels[0] * kernels[1] * (depth + post)
+    return k_total, {"attrs": block_attrs, "weight": folded, "pad_channels": post, "pre_pad": pre,
+                     "fold": list(fold), "spatial_pad": extra}
 
 
 OPS = (ConvNHWC,)

@@ -112,57 +112,73 @@ def _channels_last_input(graph: Graph, registry, node: Node, pad: int, made: dic
                          blocked: dict | None = None) -> str | None:
     """``node``'s input NHWC (one Transpose per tensor, shared), its channels padded with
     ``pad`` zeros (one Pad, shared); with ``blocked``
-    (:func:`plugrt_builtin_ops.conv.nhwc_ops.space_to_depth_form`) its ``s x s`` blocks
-    made channels first (:func:`_blocks`)."""
+    (:func:`plugrt_builtin_ops.conv.nhwc_ops.space_to_depth_form`) its blocks made channels
+    first (:func:`_blocks`), the channels padded before by ``blocked["pre_pad"]``."""
     x = node.inputs[0]
     if (x, 0) not in made:
         made[x, 0] = fresh_name(graph, f"{x}_nhwc")
         insert_nodes(graph, graph.nodes.index(node), [_transpose(graph, registry, x, made[x, 0], TO_LAST,
                                                                  f"{node.name}/to_nhwc")])
-    source, key = made[x, 0], (x, pad)
+    source, key = made[x, 0], (x,)
     if blocked is not None:
-        key = (x, pad, blocked["block"])
-        if key not in made:
-            source = _blocks(graph, registry, node, source, blocked)
-            if source is None:
-                return None
-            if not pad:
-                made[key] = source
-    if pad and key not in made:
-        pads = add_constant(graph, f"{x}_channel_pads", np.array([0, 0, 0, 0, 0, 0, 0, pad], np.int64))
-        padded = fresh_name(graph, f"{x}_nhwc_padded")
+        pre = blocked["pre_pad"]
+        if pre:
+            source = _padded_channels(graph, registry, node, source, pre, made, (x, "pre", pre))
+        key = (x, pre, *blocked["fold"])
+        if source is not None and key not in made:
+            made[key] = _blocks(graph, registry, node, source, blocked)
+        source = made.get(key)
+    if source is None or not pad:
+        return source
+    return _padded_channels(graph, registry, node, source, pad, made, key + ("pad", pad))
+
+
+def _padded_channels(graph: Graph, registry, node: Node, source: str, pad: int, made: dict, key) -> str | None:
+    """``source`` NHWC with ``pad`` zero channels after its last (one Pad per ``key``, shared)."""
+    if key not in made:
+        pads = add_constant(graph, f"{source}_channel_pads", np.array([0, 0, 0, 0, 0, 0, 0, pad], np.int64))
+        padded = fresh_name(graph, f"{source}_padded")
         node_pad = _pad(graph, registry, source, pads, padded, f"{node.name}/pad_channels")
         if node_pad is None:
             return None
         insert_nodes(graph, graph.nodes.index(node), [node_pad])
         made[key] = padded
-    return made.get(key, source)
+    return made[key]
 
 
 def _blocks(graph: Graph, registry, node: Node, x: str, blocked: dict) -> str | None:
-    """NHWC ``x`` ``[N, H, W, C]`` as ``[N, H/s, W/s, s * s * C]`` (channel ``(rh * s + rw)
-    * C + c``): zero-padded to whole blocks where needed, then Reshape ``[N, H/s, s, W/s, s,
-    C]``, Transpose to ``[N, H/s, W/s, s, s, C]`` and Reshape."""
-    s, (extra_h, extra_w) = blocked["block"], blocked["spatial_pad"]
-    _, channels, height, width = graph.info(node.inputs[0]).shape  # (x is node's input's NHWC form)
+    """NHWC ``x`` ``[N, H, W, C]`` as ``[N, H/fh, W/fw, fh * fw * C]`` (channel ``(rh * fw +
+    rw) * C + c``; ``blocked["fold"]``: ``[fh, fw]``): zero-padded to whole blocks where
+    needed, then, with ``fh`` 1, one Reshape (the pixels of a block are contiguous: no
+    copy); else Reshape ``[N, H/fh, fh, W/fw, fw, C]``, Transpose to ``[N, H/fh, W/fw, fh,
+    fw, C]`` and Reshape."""
+    (fh, fw), (extra_h, extra_w) = blocked["fold"], blocked["spatial_pad"]
+    height, width = graph.info(node.inputs[0]).shape[2:]  # (x is node's input's NHWC form)
+    channels = graph.info(node.inputs[0]).shape[1] + blocked["pre_pad"]
     opset, nodes = graph.opsets.get("", 17), []
     if extra_h or extra_w:
         pads = add_constant(graph, f"{x}_block_pads", np.array([0, 0, 0, 0, 0, extra_h, extra_w, 0], np.int64))
         nodes.append(_pad(graph, registry, x, pads, fresh_name(graph, f"{x}_whole_blocks"), f"{node.name}/pad_blocks"))
         x = nodes[-1].outputs[0] if nodes[-1] is not None else x
-    hb, wb = (height + extra_h) // s, (width + extra_w) // s
-    split = add_constant(graph, f"{x}_block_shape", np.array([0, hb, s, wb, s, channels], np.int64))
-    joined = add_constant(graph, f"{x}_blocked_shape", np.array([0, hb, wb, s * s * channels], np.int64))
-    names = [fresh_name(graph, f"{x}_{suffix}") for suffix in ("split", "blocked", "depth")]
-    nodes += [make_node(graph, registry, "Reshape", [x, split], [names[0]], opset=opset,
-                        name=fresh_name(graph, f"{node.name}/split_blocks")),
-              _transpose(graph, registry, names[0], names[1], [0, 1, 3, 2, 4, 5], f"{node.name}/blocks_to_channels"),
-              make_node(graph, registry, "Reshape", [names[1], joined], [names[2]], opset=opset,
-                        name=fresh_name(graph, f"{node.name}/join_blocks"))]
+    hb, wb = (height + extra_h) // fh, (width + extra_w) // fw
+    joined = add_constant(graph, f"{x}_blocked_shape", np.array([0, hb, wb, fh * fw * channels], np.int64))
+    depth = fresh_name(graph, f"{x}_depth")
+    if fh == 1:
+        nodes.append(make_node(graph, registry, "Reshape", [x, joined], [depth], opset=opset,
+                               name=fresh_name(graph, f"{node.name}/join_blocks")))
+    else:
+        split = add_constant(graph, f"{x}_block_shape", np.array([0, hb, fh, wb, fw, channels], np.int64))
+        names = [fresh_name(graph, f"{x}_{suffix}") for suffix in ("split", "blocked")]
+        nodes += [make_node(graph, registry, "Reshape", [x, split], [names[0]], opset=opset,
+                            name=fresh_name(graph, f"{node.name}/split_blocks")),
+                  _transpose(graph, registry, names[0], names[1], [0, 1, 3, 2, 4, 5],
+                             f"{node.name}/blocks_to_channels"),
+                  make_node(graph, registry, "Reshape", [names[1], joined], [depth], opset=opset,
+                            name=fresh_name(graph, f"{node.name}/join_blocks"))]
     if any(made is None for made in nodes):
         return None
     insert_nodes(graph, graph.nodes.index(node), nodes)
-    return names[2]
+    return depth
 
 
 def _pad(graph: Graph, registry, x: str, pads: str, target: str, name: str) -> Node | None:

@@ -86,21 +86,24 @@ def row_pad_kernel():
 
 @functools.lru_cache(maxsize=None)
 def row_pad_vector_kernel():
-    """:func:`row_pad_kernel` by 16-byte vectors: a thread per eight outputs of a row
-    (``out_width`` a multiple of eight; float16 or float32), one vector store each, one
-    division per vector."""
+    """:func:`row_pad_kernel` by 16-byte vectors: a thread per eight consecutive outputs
+    (float16 or float32; a vector may span rows narrower than eight, as an image's 3
+    channels padded to 4), one vector store each, one division per vector."""
     _, store8 = vector8()
 
     @jit
     def kernel(y, x, fill, chunks, width, out_width, begin):
-        per_row = out_width // VECTOR
         held = cuda.local.array(VECTOR, float32)
         for t in range(cuda.grid(1), chunks, cuda.gridsize(1)):
-            r = t // per_row
-            c0 = (t - r * per_row) * VECTOR - begin
+            r = (t * VECTOR) // out_width
+            column = t * VECTOR - r * out_width
             for e in range(VECTOR):
-                c = c0 + e
+                if column == out_width:
+                    column = 0
+                    r += 1
+                c = column - begin
                 held[e] = float32(x[r * width + c]) if c >= 0 and c < width else float32(fill[0])
+                column += 1
             store8(y, t * VECTOR, (held[0], held[1], held[2], held[3], held[4], held[5], held[6], held[7]))
 
     return kernel
@@ -108,9 +111,9 @@ def row_pad_vector_kernel():
 
 def pad_tactics(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: int | None = None) -> list[Tactic]:
     """Pad's tactics: the row kernel where only the last axis grows with a constant (a
-    channels-last image's channels padded to whole vectors), first, by 16-byte vectors
-    where the rows are whole vectors of float16 or float32 (ResNet-50's 3 -> 8 input
-    channels); then :func:`pad_tactic`."""
+    channels-last image's channels padded), first, by 16-byte vectors where the output is
+    whole vectors of float16 or float32 (ResNet-50's 3 -> 8 input channels, or 3 -> 4 where
+    its stem reads pairs of pixels); then :func:`pad_tactic`."""
     found = [pad_tactic(x_info, y_info, pairs, mode, fill_value, fill_input)]
     pairs = [(int(b), int(e)) for b, e in pairs]
     if mode != "constant" or not pairs or any(b or e for b, e in pairs[:-1]) or min(pairs[-1]) < 0:
@@ -137,7 +140,7 @@ def pad_tactics(x_info, y_info, pairs, mode: str, fill_value=None, fill_input: i
         return launches
 
     rows = Tactic("rows", launcher(False), {"mode": mode})
-    if out_width % VECTOR or dtype not in (np.float16, np.float32):
+    if n % VECTOR or dtype not in (np.float16, np.float32):
         return [rows] + found
     return [Tactic("rows_vec8", launcher(True), {"mode": mode}), rows] + found
 
