@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import int64
+from numba import int32, int64, uint32
 
 from plugrt.kernels import Epilogue, aligned, cuda, flat, grid_1d, jit, simulated, to_device
 from plugrt.plugin import Launch, Tactic
@@ -61,8 +61,9 @@ GPU_CONFIGS: tuple[WgmmaConfig, ...] = (WgmmaConfig(2, 256, 4), WgmmaConfig(2, 1
 SIM_CONFIGS: tuple[WgmmaConfig, ...] = ()
 #: What the tactics' ``params["format"]`` say of their tensors (``plugrt inspect``'s format).
 FORMAT = "channels_last"
-#: A far-off window origin for the pixel rows past the last: never inside the image.
-OUTSIDE = -(1 << 40)
+#: A far-off window origin for the pixel rows past the last: never inside the image (the
+#: copies compute in 32 bits: an image's rows, columns and words fit them).
+OUTSIDE = -(1 << 30)
 
 
 def configs() -> tuple[WgmmaConfig, ...]:
@@ -76,11 +77,15 @@ def configs() -> tuple[WgmmaConfig, ...]:
 def nhwc_gather(rows: int, threads: int, emulated: bool):
     """A's copies for :func:`.wgmma_kernel` (``gather``): thread ``tid`` copies 16-byte chunk
     ``tid % 8`` of the K tile for pixel rows ``tid // 8 + c * threads / 8``, as the
-    strided copier does; ``state`` holds each row's image offset and window origin."""
+    strided copier does; ``state`` holds each row's image offset and window origin, then
+    the geometry the copies read every K tile (held in registers: a load from ``meta``
+    after the ring's asynchronous copies and MMAs would be made again each tile). A K
+    tile's tap is two 32-bit unsigned divisions (K counts words: far below 2^32)."""
     copy16, _ = copy_ops(emulated)
     step = threads // 8
     per = -(-rows // step)
     ragged = rows % step != 0
+    held = 3 * per  # (state: the rows' slots, then C in words, KW, DH, DW, H and W)
 
     @jit(device=True)
     def setup(meta, row0, nrows, state, tid):
@@ -101,30 +106,37 @@ def nhwc_gather(rows: int, threads: int, emulated: bool):
                 state[3 * c] = 0
                 state[3 * c + 1] = OUTSIDE
                 state[3 * c + 2] = 0
+        state[held] = meta[GM_CW]
+        state[held + 1] = meta[GM_KW]
+        state[held + 2] = meta[GM_DH]
+        state[held + 3] = meta[GM_DW]
+        state[held + 4] = meta[GM_H]
+        state[held + 5] = meta[GM_W]
 
     @jit(device=True)
     def copy(src, base, srow, sk, row0, nrows, k0, k_end, smem, tile, tid, meta, state):
         r_t = tid >> 3
         chunk = ((tid & 7) ^ (r_t & 7)) << 2  # step is a multiple of 8: every row's swizzle
         k = k0 + ((tid & 7) << 2)
-        cw_size = meta[GM_CW]
-        tap = k // cw_size
-        kh = tap // meta[GM_KW]
-        dh = kh * meta[GM_DH]
-        dw = (tap - kh * meta[GM_KW]) * meta[GM_DW]
-        at_c = k - tap * cw_size
-        height, width = meta[GM_H], meta[GM_W]
+        cw_size = int32(state[held])
+        taps_w = uint32(state[held + 1])
+        tap = uint32(k) // uint32(cw_size)
+        kh = tap // taps_w
+        dh = int32(int32(kh) * int32(state[held + 2]))
+        dw = int32(int32(tap - kh * taps_w) * int32(state[held + 3]))
+        at_c = int32(int32(k) - int32(tap) * cw_size)
+        height, width = int32(state[held + 4]), int32(state[held + 5])
         k_ok = k < k_end
         for c in range(per):
             r = r_t + c * step
             if not ragged or r < rows:
-                ih = state[3 * c + 1] + dh
-                iw = state[3 * c + 2] + dw
+                ih = int32(int32(state[3 * c + 1]) + dh)
+                iw = int32(int32(state[3 * c + 2]) + dw)
                 ok = k_ok and ih >= 0 and ih < height and iw >= 0 and iw < width
-                at = state[3 * c] + (ih * width + iw) * cw_size + at_c
-                copy16(smem, tile + r * BK + chunk, src, at if ok else 0, ok)
+                inner = int32(int32(int32(ih * width) + iw) * cw_size + at_c)  # (within one image)
+                copy16(smem, tile + r * BK + chunk, src, state[3 * c] + inner if ok else 0, ok)
 
-    return setup, copy, 3 * per
+    return setup, copy, held + 6
 
 
 def gather_meta(geo: ConvGeometry, itemsize: int, has_bias: bool) -> np.ndarray:

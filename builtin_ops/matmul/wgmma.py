@@ -303,11 +303,12 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + s * B_STAGE, tid)
             commit_copies()
+        slot = 0  # t % S and (t + AHEAD) % S, counted (a division a tile otherwise)
+        free = AHEAD
         for t in range(ktiles):
             wait_copies(PENDING)  # this thread's copies of tile t have landed ...
             fence_async()  # ... are visible to the async proxy ...
             cuda.syncthreads()  # ... everyone's; and everyone's MMAs of tile t - 2 are done
-            slot = t % S
             a_at = a_ring + slot * A_STAGE
             b_at = b_ring + slot * B_STAGE
             fence()
@@ -318,11 +319,12 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             commit()
             ahead = t + AHEAD
             if ahead < ktiles:  # into tile t - 2's buffer
-                free = ahead % S
                 kt = k_begin + ahead * BK
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + free * B_STAGE, tid)
             commit_copies()
+            slot = 0 if slot == S - 1 else slot + 1
+            free = 0 if free == S - 1 else free + 1
             wait(acc, 1)  # tile t - 1's MMAs are done; tile t's stay in flight
         wait(acc, 0)
         wait_copies(0)
