@@ -99,9 +99,11 @@ def nhwc_gather(rows: int, threads: int, emulated: bool):
                 n = p // ohw
                 rest = p - n * ohw
                 oh = rest // ow_size
-                state[3 * c] = n * image
-                state[3 * c + 1] = oh * meta[GM_SH] - meta[GM_PH]
-                state[3 * c + 2] = (rest - oh * ow_size) * meta[GM_SW] - meta[GM_PW]
+                ih0 = oh * meta[GM_SH] - meta[GM_PH]
+                iw0 = (rest - oh * ow_size) * meta[GM_SW] - meta[GM_PW]
+                state[3 * c] = n * image + (ih0 * meta[GM_W] + iw0) * meta[GM_CW]  # (the window's origin word)
+                state[3 * c + 1] = ih0
+                state[3 * c + 2] = iw0
             else:
                 state[3 * c] = 0
                 state[3 * c + 1] = OUTSIDE
@@ -125,16 +127,15 @@ def nhwc_gather(rows: int, threads: int, emulated: bool):
         dh = int32(int32(kh) * int32(state[held + 2]))
         dw = int32(int32(tap - kh * taps_w) * int32(state[held + 3]))
         at_c = int32(int32(k) - int32(tap) * cw_size)
-        height, width = int32(state[held + 4]), int32(state[held + 5])
+        height, width = uint32(state[held + 4]), uint32(state[held + 5])
+        offset = int32(int32(int32(dh * int32(width)) + dw) * cw_size + at_c)  # (the same for every row)
         k_ok = k < k_end
         for c in range(per):
             r = r_t + c * step
-            if not ragged or r < rows:
-                ih = int32(int32(state[3 * c + 1]) + dh)
-                iw = int32(int32(state[3 * c + 2]) + dw)
-                ok = k_ok and ih >= 0 and ih < height and iw >= 0 and iw < width
-                inner = int32(int32(int32(ih * width) + iw) * cw_size + at_c)  # (within one image)
-                copy16(smem, tile + r * BK + chunk, src, state[3 * c] + inner if ok else 0, ok)
+            if not ragged or r < rows:  # (unsigned: a negative row or column is far out too)
+                ok = (k_ok and uint32(int32(state[3 * c + 1]) + dh) < height
+                      and uint32(int32(state[3 * c + 2]) + dw) < width)
+                copy16(smem, tile + r * BK + chunk, src, state[3 * c] + offset if ok else 0, ok)
 
     return setup, copy, held + 6
 
