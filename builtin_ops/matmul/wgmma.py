@@ -296,15 +296,15 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             acc[i] = ACC_T(0)
         setup_a(meta, m0, m, state, tid)
 
-        ktiles = (k_end - k_begin + BK - 1) // BK
+        ktiles = int32((k_end - k_begin + BK - 1) // BK)  # (32-bit loop counters: a few instructions a tile)
         for s in range(AHEAD):
             if s < ktiles:
                 kt = k_begin + s * BK
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + s * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + s * B_STAGE, tid)
             commit_copies()
-        slot = 0  # t % S and (t + AHEAD) % S, counted (a division a tile otherwise)
-        free = AHEAD
+        slot = int32(0)  # t % S and (t + AHEAD) % S, counted (a division a tile otherwise)
+        free = int32(AHEAD)
         for t in range(ktiles):
             wait_copies(PENDING)  # this thread's copies of tile t have landed ...
             fence_async()  # ... are visible to the async proxy ...
@@ -317,14 +317,14 @@ def wgmma_kernel(config: WgmmaConfig, a_k_contiguous: bool, b_k_contiguous: bool
             mma(acc, smem, a_at + 16, b_at + 16)
             mma(acc, smem, a_at + 24, b_at + 24)
             commit()
-            ahead = t + AHEAD
+            ahead = int32(t + AHEAD)
             if ahead < ktiles:  # into tile t - 2's buffer
                 kt = k_begin + ahead * BK
                 copy_a(a, ao, sam, sak, m0, m, kt, k_end, smem, ring + free * A_STAGE, tid, meta, state)
                 copy_b(b, bo, sbn, sbk, n0, n, kt, k_end, smem, b_ring + free * B_STAGE, tid)
             commit_copies()
-            slot = 0 if slot == S - 1 else slot + 1
-            free = 0 if free == S - 1 else free + 1
+            slot = int32(0) if slot == S - 1 else int32(slot + 1)
+            free = int32(0) if free == S - 1 else int32(free + 1)
             wait(acc, 1)  # tile t - 1's MMAs are done; tile t's stay in flight
         wait(acc, 0)
         wait_copies(0)
