@@ -6,6 +6,8 @@ plain-Numba sibling there. :mod:`plugrt.kernels` re-exports everything here; plu
 import it from there.
 
 - addressing: :func:`element_address` (a generic address for an ``l`` operand),
+  :func:`shared_element_address` (a shared array's element as a 32-bit shared-window
+  address for an ``r`` operand: one add in the kernel, no ``cvta`` a use),
   :func:`ptx_statement` (one statement ordered like a memory access: fences, commits, waits);
 - TF32 tensor cores: :func:`tf32_mma` (``cvt.rna.tf32.f32``, ``mma.sync`` m16n8k8);
 - FP16 tensor cores: :func:`f16_mma` (``cvt.rn.f16x2.f32`` packing, ``mma.sync`` m16n8k16
@@ -34,6 +36,22 @@ def element_address(context, builder, array_type, array, index_type, index):
     data = context.make_array(array_type)(context, builder, array).data
     offset = context.cast(builder, index, index_type, types.int64)
     return builder.ptrtoint(builder.gep(data, [offset]), ir.IntType(64))
+
+
+def shared_element_address(context, builder, array_type, array, index_type, index):
+    """Inside an ``@intrinsic``'s codegen: the shared-window address of ``array[index]`` (a
+    ``cuda.shared.array``) as a 32-bit integer (``r`` constraint), for the ``.shared``
+    state space. The compiler sees the conversion (``addrspacecast``), so it makes it once
+    for the array and each use is an add, where a ``cvta.to.shared`` inside the PTX would
+    be made again at every use."""
+    from llvmlite import ir
+    from numba import types
+
+    data = context.make_array(array_type)(context, builder, array).data
+    offset = context.cast(builder, index, index_type, types.int64)
+    element = builder.gep(data, [offset])
+    shared = builder.addrspacecast(element, ir.PointerType(element.type.pointee, addrspace=3))
+    return builder.ptrtoint(shared, ir.IntType(32))
 
 
 @functools.lru_cache(maxsize=None)
@@ -251,6 +269,6 @@ def async_copy16(pending: int = 0):
     return copy16, ptx_statement("cp.async.commit_group;"), ptx_statement(f"cp.async.wait_group {int(pending)};")
 
 
-__all__ = ["element_address", "ptx_statement", "tf32_mma", "CVT_TF32_PTX", "MMA_TF32_PTX", "f16_mma", "shared_address",
+__all__ = ["element_address", "shared_element_address", "ptx_statement", "tf32_mma", "CVT_TF32_PTX", "MMA_TF32_PTX", "f16_mma", "shared_address",
            "ldmatrix", "ldmatrix_ptx", "async_copy16", "CVT_F16X2_PTX", "MMA_F16_PTX", "CP_ASYNC_ZFILL_PTX",
            "SHARED_ADDRESS_PTX"]

@@ -26,6 +26,7 @@ from numba.cuda.misc.special import literal_unroll  # noqa: F401  (for kernels: 
 from plugrt.device import guard_simulator, simulated
 from plugrt.inline_ptx import (CP_ASYNC_ZFILL_PTX, CVT_F16X2_PTX, CVT_TF32_PTX, MMA_F16_PTX, MMA_TF32_PTX,  # noqa: F401
                                SHARED_ADDRESS_PTX, async_copy16, element_address, f16_mma, ldmatrix, ldmatrix_ptx,
+                               shared_element_address,
                                ptx_statement, shared_address, tf32_mma)
 
 #: ``cuda.jit`` options the simulator raises on; :func:`jit` drops them there.
@@ -401,7 +402,7 @@ __all__ = [
     # anchors' epilogues
     "Epilogue", "no_epilogue",
     # hardware primitives
-    "vector4", "vector8", "VECTOR", "element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
+    "vector4", "vector8", "VECTOR", "element_address", "shared_element_address", "ptx_statement", "tf32_mma", "round_tf32", "CVT_TF32_PTX", "MMA_TF32_PTX",
     "f16_mma", "shared_address", "ldmatrix", "ldmatrix_ptx", "async_copy16", "CVT_F16X2_PTX", "MMA_F16_PTX",
     "CP_ASYNC_ZFILL_PTX", "SHARED_ADDRESS_PTX",
 ]

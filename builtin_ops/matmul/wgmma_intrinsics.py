@@ -22,7 +22,7 @@ import functools
 import numpy as np
 from numba import float32, int32, uint32
 
-from plugrt.kernels import cuda, element_address, jit, ptx_statement
+from plugrt.kernels import cuda, element_address, jit, ptx_statement, shared_element_address
 
 #: K per stage: one 128-byte swizzle line of float32.
 BK = 32
@@ -39,8 +39,12 @@ DESC_BITS = (1 << 62) | ((1024 >> 4) << 32) | (1 << 16)
 
 
 def _descriptor_ptx(reg: str, operand: str) -> str:
-    return (f"cvta.to.shared.u64 {reg}, {operand}; shr.u64 {reg}, {reg}, 4; and.b64 {reg}, {reg}, 16383; "
-            f"or.b64 {reg}, {reg}, {DESC_BITS};")
+    """``reg`` (.u64) the descriptor of the tile at shared-window address ``operand``
+    (.u32): its 16-byte units in the low 14 bits, :data:`DESC_BITS` besides (the high word
+    in ``hi``)."""
+    low = DESC_BITS & 0xFFFFFFFF
+    return (f"shr.b32 {reg}l, {operand}, 4; and.b32 {reg}l, {reg}l, 16383; or.b32 {reg}l, {reg}l, {low}; "
+            f"mov.b64 {reg}, {{{reg}l, hi}};")
 
 
 #: ``int8`` operand types of :func:`wgmma_ptx` (A's, then B's): every s8/u8 pair is an instruction.
@@ -56,8 +60,8 @@ def wgmma_ptx(n: int, half: bool = False, int8: str | None = None) -> str:
     """``wgmma.mma_async`` m64n``n``k8 TF32 x TF32 + float32 (``half``: m64n``n``k16
     FP16 x FP16 + float32; ``int8`` ("s8.s8", "u8.s8", ...): m64n``n``k32 8-bit integers
     + int32, wrapping as the reference's int32 does, no ``.satfinite``; both operands
-    K-major: 32 bytes of K every way), descriptors built from the generic addresses of the
-    operand tiles (operands ``$n/2`` ... see :func:`wgmma_ops`)."""
+    K-major: 32 bytes of K every way), descriptors built from the shared-window addresses
+    of the operand tiles (operands ``$n/2`` ... see :func:`wgmma_ops`)."""
     acc = n // 2
     regs = ", ".join(f"${i}" for i in range(acc))
     a, b = f"${2 * acc}", f"${2 * acc + 1}"
@@ -68,15 +72,14 @@ def wgmma_ptx(n: int, half: bool = False, int8: str | None = None) -> str:
     else:
         shape = f"m64n{n}k16.f32.f16.f16" if half else f"m64n{n}k8.f32.tf32.tf32"
         tail = "p, 1, 1, 0, 0" if half else "p, 1, 1"  # FP16 states the (no) transposes
-    return ("{ .reg .u64 da, db; .reg .pred p; " + _descriptor_ptx("da", a) + " " + _descriptor_ptx("db", b)
+    return ("{ .reg .u64 da, db; .reg .u32 dal, dbl, hi; .reg .pred p; " + f"mov.b32 hi, {DESC_BITS >> 32}; "
+            + _descriptor_ptx("da", a) + " " + _descriptor_ptx("db", b)
             + " setp.ne.b32 p, 1, 0; "
             + f"wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, da, db, {tail}; }}")
 
 
-CP_ASYNC16_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
-                  "cp.async.cg.shared.global [sh32], [$1], 16, $2; }")
-CP_ASYNC4_PTX = ("{ .reg .u64 sh64; .reg .u32 sh32; cvta.to.shared.u64 sh64, $0; cvt.u32.u64 sh32, sh64; "
-                 "cp.async.ca.shared.global [sh32], [$1], 4, $2; }")
+CP_ASYNC16_PTX = "cp.async.cg.shared.global [$0], [$1], 16, $2;"  # ($0: a shared-window address)
+CP_ASYNC4_PTX = "cp.async.ca.shared.global [$0], [$1], 4, $2;"
 SHARED_ADDRESS_PTX = "{ .reg .u64 sh64; cvta.to.shared.u64 sh64, $1; cvt.u32.u64 $0, sh64; }"
 FENCE_ASYNC_PTX = "fence.proxy.async.shared::cta;"
 WGMMA_FENCE_PTX = "wgmma.fence.sync.aligned;"
@@ -127,10 +130,10 @@ def wgmma_ops(n: int, half: bool = False, int8: str | None = None):
     @intrinsic
     def mma(typingctx, acc, smem, a, b):
         def codegen(context, builder, sig, args):
-            asm = tied(wgmma_ptx(n, half, int8), [i64, i64], ["l", "l"])
+            asm = tied(wgmma_ptx(n, half, int8), [i32, i32], ["r", "r"])
             run_tied(builder, asm, acc_pointers(context, builder, sig.args[0], args[0]),
-                     [element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
-                      element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
+                     [shared_element_address(context, builder, sig.args[1], args[1], sig.args[2], args[2]),
+                      shared_element_address(context, builder, sig.args[1], args[1], sig.args[3], args[3])])
             return context.get_dummy_value()
         return types.void(acc, smem, a, b), codegen
 
@@ -195,11 +198,11 @@ def copy_ops(emulated: bool):
         @intrinsic
         def copy(typingctx, dst, i, src, j, ok):
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), ptx, "l,l,r,~{memory}",
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), ptx, "r,l,r,~{memory}",
                                    side_effect=True)
                 size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
                                       ir.Constant(i32, 16 if "16" in ptx else 4), ir.Constant(i32, 0))
-                builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+                builder.call(asm, [shared_element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
                                    element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), size])
                 return context.get_dummy_value()
             return types.void(dst, i, src, j, ok), codegen
@@ -373,7 +376,7 @@ def block_copier(count: int, size: int, dst_step: int, src_step: int | None, emu
 
     i64 = ir.IntType(64)
     cache = "cg" if size == 16 else "ca"
-    lines = ["{ .reg .u64 g, t; .reg .u32 s; cvta.to.shared.u64 t, $0; cvt.u32.u64 s, t; mov.u64 g, $1;"]
+    lines = ["{ .reg .u64 g; .reg .u32 s; mov.b32 s, $0; mov.u64 g, $1;"]  # ($0: a shared-window address)
     for c in range(count):
         if src_step is None:
             lines.append(f"cp.async.{cache}.shared.global [s+{4 * c * dst_step}], [g], {size};")
@@ -386,10 +389,10 @@ def block_copier(count: int, size: int, dst_step: int, src_step: int | None, emu
     @intrinsic
     def copy(typingctx, dst, i, src, j, step):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i64]), ptx, "l,l,l,~{memory}",
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(32), i64, i64]), ptx, "r,l,l,~{memory}",
                                side_effect=True)
             step_bytes = builder.mul(context.cast(builder, args[4], sig.args[4], types.int64), ir.Constant(i64, 4))
-            builder.call(asm, [element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+            builder.call(asm, [shared_element_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
                                element_address(context, builder, sig.args[2], args[2], sig.args[3], args[3]), step_bytes])
             return context.get_dummy_value()
         return types.void(dst, i, src, j, step), codegen
