@@ -40,11 +40,10 @@ DESC_BITS = (1 << 62) | ((1024 >> 4) << 32) | (1 << 16)
 
 def _descriptor_ptx(reg: str, operand: str) -> str:
     """``reg`` (.u64) the descriptor of the tile at shared-window address ``operand``
-    (.u32): its 16-byte units in the low 14 bits, :data:`DESC_BITS` besides (the high word
-    in ``hi``)."""
+    (.u32): its 16-byte units in the low 14 bits (a shared address is below 256 KB: no
+    mask), :data:`DESC_BITS` besides (the high word in ``hi``)."""
     low = DESC_BITS & 0xFFFFFFFF
-    return (f"shr.b32 {reg}l, {operand}, 4; and.b32 {reg}l, {reg}l, 16383; or.b32 {reg}l, {reg}l, {low}; "
-            f"mov.b64 {reg}, {{{reg}l, hi}};")
+    return f"shr.b32 {reg}l, {operand}, 4; or.b32 {reg}l, {reg}l, {low}; mov.b64 {reg}, {{{reg}l, hi}};"
 
 
 #: ``int8`` operand types of :func:`wgmma_ptx` (A's, then B's): every s8/u8 pair is an instruction.
