@@ -57,6 +57,15 @@ class Unmasked(torch.nn.Module):
         return self.model.encoder(self.model.embeddings(input_ids=input_ids), None).last_hidden_state
 
 
+def kaiming(made):
+    """He-initialised convolutions: with the default 0.02 weights a deep plain CNN's output decays to ~1e-33."""
+    with torch.no_grad():
+        for layer in made[0].modules():
+            if isinstance(layer, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu").mul_(1.3)
+    return made
+
+
 def moe(cls, config):
     """Mixture of experts with the batched_mm experts: the default grouped_mm sorts tokens and counts them with
     torch.histc (neither exporter converts it), the eager loop visits only the experts hit (data-dependent)."""
@@ -151,7 +160,7 @@ def models():
         "focalnet": lambda: image(T.FocalNetModel, T.FocalNetConfig(image_size=32, patch_size=4, embed_dim=16, hidden_sizes=[16, 32], depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3], drop_path_rate=0.0)),
         "cvt": lambda: image(T.CvtModel, T.CvtConfig(patch_sizes=[7], patch_stride=[4], patch_padding=[2], embed_dim=[16], num_heads=[2], depth=[1], mlp_ratio=[2.0], attention_drop_rate=[0.0], drop_rate=[0.0], drop_path_rate=[0.0], qkv_bias=[True], cls_token=[True], qkv_projection_method=["dw_bn"], kernel_qkv=[3], padding_kv=[1], stride_kv=[2], padding_q=[1], stride_q=[1]), "last_hidden_state"),
         "pvt_v2": lambda: image(T.PvtV2Model, T.PvtV2Config(image_size=32, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2]), "last_hidden_state"),
-        "mobilenet_v1": lambda: image(T.MobileNetV1Model, T.MobileNetV1Config(image_size=32, depth_multiplier=0.25, tf_padding=True)),
+        "mobilenet_v1": lambda: kaiming(image(T.MobileNetV1Model, T.MobileNetV1Config(image_size=32, depth_multiplier=0.25, tf_padding=True))),
         "bit": lambda: image(T.BitModel, T.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="preactivation", global_padding="SAME", num_groups=4)),
         "siglip_vision": lambda: image(T.SiglipVisionModel, T.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)),
         # audio
