@@ -27,15 +27,20 @@ from __future__ import annotations
 import functools
 
 
+def _element_pointer(context, builder, array_type, array, index_type, index):
+    """The LLVM pointer to ``array[index]`` (a 1-D array's data plus the index)."""
+    from numba import types
+
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.gep(data, [context.cast(builder, index, index_type, types.int64)])
+
+
 def element_address(context, builder, array_type, array, index_type, index):
     """Inside an ``@intrinsic``'s codegen: the generic address of ``array[index]`` as a
     64-bit integer, the operand inline PTX takes (``l`` constraint) for a memory address."""
     from llvmlite import ir
-    from numba import types
 
-    data = context.make_array(array_type)(context, builder, array).data
-    offset = context.cast(builder, index, index_type, types.int64)
-    return builder.ptrtoint(builder.gep(data, [offset]), ir.IntType(64))
+    return builder.ptrtoint(_element_pointer(context, builder, array_type, array, index_type, index), ir.IntType(64))
 
 
 def shared_element_address(context, builder, array_type, array, index_type, index):
@@ -45,11 +50,8 @@ def shared_element_address(context, builder, array_type, array, index_type, inde
     for the array and each use is an add, where a ``cvta.to.shared`` inside the PTX would
     be made again at every use."""
     from llvmlite import ir
-    from numba import types
 
-    data = context.make_array(array_type)(context, builder, array).data
-    offset = context.cast(builder, index, index_type, types.int64)
-    element = builder.gep(data, [offset])
+    element = _element_pointer(context, builder, array_type, array, index_type, index)
     shared = builder.addrspacecast(element, ir.PointerType(element.type.pointee, addrspace=3))
     return builder.ptrtoint(shared, ir.IntType(32))
 
